@@ -1,0 +1,44 @@
+# koord-py: every target does its own set-up (virtual environment + install) on a fresh machine.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+PYTEST_ARGS ?=
+
+.PHONY: all demo test test-unit bench lint proto kube-apiserver clean
+
+all: test
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,dev]'
+	@touch $(STAMP)
+
+## demo: schedule the demo cluster in the embedded simulator and print the placement table
+demo: $(STAMP)
+	$(BIN)/koord-scheduler simulate config/examples/demo-cluster.yaml
+
+## test: every test (unit, integration, and the real kube-apiserver tier)
+test: $(STAMP)
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+## test-unit: the fast tiers only (no kube-apiserver)
+test-unit: $(STAMP)
+	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+## bench: benchmark B1 (in-process scheduling throughput)
+bench: $(STAMP)
+	$(BIN)/python bench/b1_throughput.py
+
+## lint: ruff, mypy (strict) on the packages, import-linter layer contracts
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+## kube-apiserver: build (or reuse from the cache) kube-apiserver v1.20.2 and etcd
+kube-apiserver:
+	bash hack/kube-apiserver.sh
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks

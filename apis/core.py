@@ -1,0 +1,434 @@
+"""Slim, typed records of the core Kubernetes objects the scheduler reads: Pod and Node.
+
+Objects arrive as plain JSON-shaped mappings (from YAML files, from the API server's raw JSON)
+and are decoded exactly once, here, into frozen records with derived values precomputed (the
+pod-level resource request, the node's allocatable resources as integers). The scheduler core
+never sees the Kubernetes client's generated models.
+
+Invariants:
+- Resource amounts are integers in canonical units: ``cpu`` in millicores, everything else in
+  base units rounded up (bytes for memory, counts for extended resources), as Kubernetes'
+  ``MilliValue()`` / ``Value()`` do. The exact values are kept in ``requests_exact``.
+- A decode error names the object and the field path, e.g.
+  ``spec.containers[0].resources.requests.cpu: invalid quantity "2x"``.
+- ``raw`` is the mapping the record was decoded from; it is never mutated here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from apis.quantity import Quantity, QuantityError
+
+CPU = "cpu"
+MEMORY = "memory"
+EPHEMERAL_STORAGE = "ephemeral-storage"
+PODS = "pods"
+
+# kube-scheduler's defaults for pods that request nothing, used only for scoring.
+DEFAULT_MILLI_CPU_REQUEST = 100
+DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
+
+NODE_SELECTOR_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
+TOLERATION_OPERATORS = frozenset({"Equal", "Exists"})
+TAINT_EFFECTS = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+class DecodeError(ValueError):
+    """An object could not be decoded; ``str()`` names the field path and the problem."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}" if path else problem)
+        self.path = path
+        self.problem = problem
+
+
+# ---------------------------------------------------------------------------------------------
+# Records
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSelectorRequirement:
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSelectorTerm:
+    match_expressions: tuple[NodeSelectorRequirement, ...] = ()
+    match_fields: tuple[NodeSelectorRequirement, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PreferredSchedulingTerm:
+    weight: int
+    preference: NodeSelectorTerm
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAffinity:
+    """``required`` is None when the pod sets no required terms (which matches every node)."""
+
+    required: tuple[NodeSelectorTerm, ...] | None = None
+    preferred: tuple[PreferredSchedulingTerm, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+    toleration_seconds: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    scheduler_name: str = "default-scheduler"
+    node_name: str = ""
+    priority: int = 0
+    phase: str = "Pending"
+    terminating: bool = False
+    creation_timestamp: str = ""
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    node_affinity: NodeAffinity | None = None
+    tolerations: tuple[Toleration, ...] = ()
+    requests: Mapping[str, int] = field(default_factory=dict)
+    requests_exact: Mapping[str, Fraction] = field(default_factory=dict)
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in TERMINAL_PHASES
+
+    @property
+    def assigned(self) -> bool:
+        return bool(self.node_name)
+
+    def non_zero_request(self, resource: str) -> int:
+        """The request used for scoring: kube-scheduler's defaults stand in for zero cpu/memory."""
+        value = self.requests.get(resource, 0)
+        if value == 0 and resource == CPU:
+            return DEFAULT_MILLI_CPU_REQUEST
+        if value == 0 and resource == MEMORY:
+            return DEFAULT_MEMORY_REQUEST
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    uid: str = ""
+    resource_version: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    unschedulable: bool = False
+    taints: tuple[Taint, ...] = ()
+    allocatable: Mapping[str, int] = field(default_factory=dict)
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoding helpers
+
+
+def _mapping(value: Any, path: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise DecodeError(path, f"expected a mapping, got {type(value).__name__}")
+    return value
+
+
+def _list(value: Any, path: str) -> Sequence[Any]:
+    if value is None:
+        return ()
+    if not isinstance(value, list | tuple):
+        raise DecodeError(path, f"expected a list, got {type(value).__name__}")
+    return value
+
+
+def _str(value: Any, path: str, default: str = "") -> str:
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise DecodeError(path, f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def _int(value: Any, path: str, default: int = 0) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise DecodeError(path, f"expected an integer, got {value!r}")
+    return value
+
+
+def _str_map(value: Any, path: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for k, v in _mapping(value, path).items():
+        if not isinstance(k, str):
+            raise DecodeError(path, f"expected string keys, got {k!r}")
+        if v is None:
+            v = ""
+        elif isinstance(v, bool | int | float):
+            # YAML turns `gpu: true` into a bool; Kubernetes would reject it, we name it.
+            raise DecodeError(f"{path}.{k}", f"expected a string, got {v!r} (quote it)")
+        out[k] = _str(v, f"{path}.{k}")
+    return out
+
+
+def _resource_list(value: Any, path: str) -> dict[str, Fraction]:
+    out: dict[str, Fraction] = {}
+    for name, raw in _mapping(value, path).items():
+        where = f"{path}.{name}"
+        if isinstance(raw, bool) or not isinstance(raw, str | int | float):
+            raise DecodeError(where, f"invalid quantity {raw!r}")
+        try:
+            q = Quantity.parse(raw)
+        except QuantityError as exc:
+            raise DecodeError(where, str(exc)) from None
+        if q.value < 0:
+            raise DecodeError(where, f"must be non-negative, got {raw!r}")
+        out[str(name)] = q.value
+    return out
+
+
+def _to_int(resource: str, value: Fraction) -> int:
+    """Round up to the canonical integer unit: millicores for cpu, base units otherwise."""
+    if resource == CPU:
+        value = value * 1000
+    return -((-value.numerator) // value.denominator)
+
+
+def _add(into: dict[str, Fraction], other: Mapping[str, Fraction]) -> None:
+    for k, v in other.items():
+        into[k] = into.get(k, Fraction(0)) + v
+
+
+def _max(into: dict[str, Fraction], other: Mapping[str, Fraction]) -> None:
+    for k, v in other.items():
+        if v > into.get(k, Fraction(-1)):
+            into[k] = v
+
+
+def pod_requests(spec: Mapping[str, Any], path: str = "spec") -> dict[str, Fraction]:
+    """kube's pod-level request: max(sum of app containers (+ sidecars), each init) + overhead."""
+    reqs: dict[str, Fraction] = {}
+    for i, c in enumerate(_list(spec.get("containers"), f"{path}.containers")):
+        cpath = f"{path}.containers[{i}]"
+        res = _mapping(_mapping(c, cpath).get("resources"), f"{cpath}.resources")
+        _add(reqs, _resource_list(res.get("requests"), f"{cpath}.resources.requests"))
+    sidecars: dict[str, Fraction] = {}
+    init_max: dict[str, Fraction] = {}
+    for i, c in enumerate(_list(spec.get("initContainers"), f"{path}.initContainers")):
+        cpath = f"{path}.initContainers[{i}]"
+        cmap = _mapping(c, cpath)
+        res = _mapping(cmap.get("resources"), f"{cpath}.resources")
+        creqs = _resource_list(res.get("requests"), f"{cpath}.resources.requests")
+        if cmap.get("restartPolicy") == "Always":
+            # Sidecar init containers run alongside the app containers.
+            _add(reqs, creqs)
+            _add(sidecars, creqs)
+            effective = dict(sidecars)
+        else:
+            effective = dict(creqs)
+            _add(effective, sidecars)
+        _max(init_max, effective)
+    _max(reqs, init_max)
+    _add(reqs, _resource_list(spec.get("overhead"), f"{path}.overhead"))
+    return reqs
+
+
+def _requirement(value: Any, path: str) -> NodeSelectorRequirement:
+    m = _mapping(value, path)
+    key = _str(m.get("key"), f"{path}.key")
+    op = _str(m.get("operator"), f"{path}.operator")
+    if op not in NODE_SELECTOR_OPERATORS:
+        allowed = ", ".join(sorted(NODE_SELECTOR_OPERATORS))
+        raise DecodeError(f"{path}.operator", f"unknown operator {op!r} (allowed: {allowed})")
+    values = tuple(
+        _str(v, f"{path}.values[{i}]") for i, v in enumerate(_list(m.get("values"), path))
+    )
+    if op in ("In", "NotIn") and not values:
+        raise DecodeError(f"{path}.values", f"must be non-empty for operator {op}")
+    if op in ("Exists", "DoesNotExist") and values:
+        raise DecodeError(f"{path}.values", f"must be empty for operator {op}")
+    if op in ("Gt", "Lt"):
+        if len(values) != 1:
+            raise DecodeError(f"{path}.values", f"must have one element for operator {op}")
+        try:
+            int(values[0])
+        except ValueError:
+            raise DecodeError(f"{path}.values[0]", f"must be an integer, got {values[0]!r}") from None
+    return NodeSelectorRequirement(key=key, operator=op, values=values)
+
+
+def _term(value: Any, path: str) -> NodeSelectorTerm:
+    m = _mapping(value, path)
+    exprs = tuple(
+        _requirement(r, f"{path}.matchExpressions[{i}]")
+        for i, r in enumerate(_list(m.get("matchExpressions"), f"{path}.matchExpressions"))
+    )
+    fields = tuple(
+        _requirement(r, f"{path}.matchFields[{i}]")
+        for i, r in enumerate(_list(m.get("matchFields"), f"{path}.matchFields"))
+    )
+    for i, r in enumerate(fields):
+        if r.key != "metadata.name" or r.operator not in ("In", "NotIn"):
+            raise DecodeError(
+                f"{path}.matchFields[{i}]", "only metadata.name with In or NotIn is supported"
+            )
+    return NodeSelectorTerm(match_expressions=exprs, match_fields=fields)
+
+
+def _node_affinity(affinity: Mapping[str, Any], path: str) -> NodeAffinity | None:
+    na = _mapping(affinity.get("nodeAffinity"), f"{path}.nodeAffinity")
+    if not na:
+        return None
+    path = f"{path}.nodeAffinity"
+    req_key = "requiredDuringSchedulingIgnoredDuringExecution"
+    pref_key = "preferredDuringSchedulingIgnoredDuringExecution"
+    required: tuple[NodeSelectorTerm, ...] | None = None
+    if na.get(req_key) is not None:
+        sel = _mapping(na.get(req_key), f"{path}.{req_key}")
+        required = tuple(
+            _term(t, f"{path}.{req_key}.nodeSelectorTerms[{i}]")
+            for i, t in enumerate(
+                _list(sel.get("nodeSelectorTerms"), f"{path}.{req_key}.nodeSelectorTerms")
+            )
+        )
+    preferred = []
+    for i, p in enumerate(_list(na.get(pref_key), f"{path}.{pref_key}")):
+        ppath = f"{path}.{pref_key}[{i}]"
+        pm = _mapping(p, ppath)
+        weight = _int(pm.get("weight"), f"{ppath}.weight")
+        if not 1 <= weight <= 100:
+            raise DecodeError(f"{ppath}.weight", f"must be in the range 1-100, got {weight}")
+        preferred.append(PreferredSchedulingTerm(weight, _term(pm.get("preference"), ppath)))
+    return NodeAffinity(required=required, preferred=tuple(preferred))
+
+
+def _toleration(value: Any, path: str) -> Toleration:
+    m = _mapping(value, path)
+    op = _str(m.get("operator"), f"{path}.operator", "Equal")
+    if op not in TOLERATION_OPERATORS:
+        raise DecodeError(f"{path}.operator", f"unknown operator {op!r} (allowed: Equal, Exists)")
+    effect = _str(m.get("effect"), f"{path}.effect")
+    if effect and effect not in TAINT_EFFECTS:
+        raise DecodeError(f"{path}.effect", f"unknown effect {effect!r}")
+    seconds = m.get("tolerationSeconds")
+    return Toleration(
+        key=_str(m.get("key"), f"{path}.key"),
+        operator=op,
+        value=_str(m.get("value"), f"{path}.value"),
+        effect=effect,
+        toleration_seconds=None if seconds is None else _int(seconds, f"{path}.tolerationSeconds"),
+    )
+
+
+def _taint(value: Any, path: str) -> Taint:
+    m = _mapping(value, path)
+    effect = _str(m.get("effect"), f"{path}.effect")
+    if effect not in TAINT_EFFECTS:
+        raise DecodeError(f"{path}.effect", f"unknown effect {effect!r}")
+    key = _str(m.get("key"), f"{path}.key")
+    if not key:
+        raise DecodeError(f"{path}.key", "must be non-empty")
+    return Taint(key=key, value=_str(m.get("value"), f"{path}.value"), effect=effect)
+
+
+# ---------------------------------------------------------------------------------------------
+# Public decoders
+
+
+def decode_pod(obj: Mapping[str, Any]) -> Pod:
+    """Decode a v1 Pod mapping; raises DecodeError naming the field."""
+    obj = _mapping(obj, "")
+    meta = _mapping(obj.get("metadata"), "metadata")
+    name = _str(meta.get("name"), "metadata.name")
+    if not name:
+        raise DecodeError("metadata.name", "must be non-empty")
+    namespace = _str(meta.get("namespace"), "metadata.namespace", "default") or "default"
+    spec = _mapping(obj.get("spec"), "spec")
+    status = _mapping(obj.get("status"), "status")
+    requests_exact = pod_requests(spec)
+    affinity = _mapping(spec.get("affinity"), "spec.affinity")
+    return Pod(
+        namespace=namespace,
+        name=name,
+        uid=_str(meta.get("uid"), "metadata.uid") or f"{namespace}/{name}",
+        resource_version=_str(meta.get("resourceVersion"), "metadata.resourceVersion"),
+        labels=_str_map(meta.get("labels"), "metadata.labels"),
+        annotations=_str_map(meta.get("annotations"), "metadata.annotations"),
+        scheduler_name=_str(spec.get("schedulerName"), "spec.schedulerName", "default-scheduler")
+        or "default-scheduler",
+        node_name=_str(spec.get("nodeName"), "spec.nodeName"),
+        priority=_int(spec.get("priority"), "spec.priority"),
+        phase=_str(status.get("phase"), "status.phase", "Pending") or "Pending",
+        terminating=meta.get("deletionTimestamp") is not None,
+        creation_timestamp=str(meta.get("creationTimestamp") or ""),
+        node_selector=_str_map(spec.get("nodeSelector"), "spec.nodeSelector"),
+        node_affinity=_node_affinity(affinity, "spec.affinity"),
+        tolerations=tuple(
+            _toleration(t, f"spec.tolerations[{i}]")
+            for i, t in enumerate(_list(spec.get("tolerations"), "spec.tolerations"))
+        ),
+        requests={k: _to_int(k, v) for k, v in requests_exact.items()},
+        requests_exact=requests_exact,
+        raw=obj,
+    )
+
+
+def decode_node(obj: Mapping[str, Any]) -> Node:
+    """Decode a v1 Node mapping; allocatable falls back to capacity as the kubelet reports it."""
+    obj = _mapping(obj, "")
+    meta = _mapping(obj.get("metadata"), "metadata")
+    name = _str(meta.get("name"), "metadata.name")
+    if not name:
+        raise DecodeError("metadata.name", "must be non-empty")
+    spec = _mapping(obj.get("spec"), "spec")
+    status = _mapping(obj.get("status"), "status")
+    if status.get("allocatable") is not None:
+        alloc = _resource_list(status.get("allocatable"), "status.allocatable")
+    else:
+        alloc = _resource_list(status.get("capacity"), "status.capacity")
+    unschedulable = spec.get("unschedulable", False)
+    if not isinstance(unschedulable, bool):
+        raise DecodeError("spec.unschedulable", f"expected a boolean, got {unschedulable!r}")
+    return Node(
+        name=name,
+        uid=_str(meta.get("uid"), "metadata.uid") or name,
+        resource_version=_str(meta.get("resourceVersion"), "metadata.resourceVersion"),
+        labels=_str_map(meta.get("labels"), "metadata.labels"),
+        annotations=_str_map(meta.get("annotations"), "metadata.annotations"),
+        unschedulable=unschedulable,
+        taints=tuple(
+            _taint(t, f"spec.taints[{i}]")
+            for i, t in enumerate(_list(spec.get("taints"), "spec.taints"))
+        ),
+        allocatable={k: _to_int(k, v) for k, v in alloc.items()},
+        raw=obj,
+    )

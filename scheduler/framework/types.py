@@ -1,0 +1,320 @@
+"""Node and pod bookkeeping the plugins read: ``NodeInfo``, the column ``Snapshot``, ``FitError``.
+
+The snapshot is a node table indexed by *slot*: every node has a stable integer slot for as
+long as it exists, and per-resource numpy columns (allocatable, requested) are indexed by slot.
+Whole-cluster plugins compute a boolean mask or a score array over ``[:size]`` in one numpy
+pass instead of one Python call per node (see ARCHITECTURE.md, performance design).
+
+Invariants:
+- ``requested(r)[slot] == sum(pod.requests[r] for pod on the node)`` for every resource column,
+  ``pod_count[slot] == len(infos[slot].pods)``, and the non-zero cpu/memory columns likewise.
+- ``live[slot]`` is True exactly when the slot holds a Node object. A slot whose node was
+  deleted while pods still reference it stays (not live) until its last pod goes, as
+  kube-scheduler keeps an "imaginary" node.
+- Only the cache mutates a snapshot, on the scheduling thread, between scheduling cycles; so a
+  cycle sees one consistent state and the cost of a cycle does not grow with the pods placed.
+- ``node_generation`` changes whenever a node's object (labels, taints, allocatable, ...) or the
+  set of nodes changes, so plugins may cache per-node masks keyed by it.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from apis.core import CPU, MEMORY, Node, Pod
+from scheduler.framework.status import Status
+
+PodInfo = Pod
+"""A pod as the framework sees it: our decoded record, requests precomputed."""
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+class NodeInfo:
+    """One node and the pods placed on it (bound, binding or assumed)."""
+
+    __slots__ = ("node", "name", "slot", "pods", "requested", "generation")
+
+    def __init__(self, name: str, slot: int) -> None:
+        self.node: Node | None = None
+        self.name = name
+        self.slot = slot
+        self.pods: dict[str, Pod] = {}
+        self.requested: dict[str, int] = {}
+        self.generation = 0
+
+    @property
+    def allocatable(self) -> dict[str, int]:
+        return dict(self.node.allocatable) if self.node is not None else {}
+
+    def __repr__(self) -> str:
+        return f"NodeInfo({self.name!r}, pods={len(self.pods)})"
+
+
+class Snapshot:
+    """The node table. Read by plugins; mutated only through the methods below (by the cache)."""
+
+    def __init__(self, capacity: int = 64) -> None:
+        self.capacity = max(1, capacity)
+        self.size = 0
+        self.infos: list[NodeInfo | None] = []
+        self.index: dict[str, int] = {}
+        self._free: list[int] = []
+        self.live: BoolArray = np.zeros(self.capacity, dtype=bool)
+        self.pod_count: IntArray = np.zeros(self.capacity, dtype=np.int64)
+        self.non_zero_cpu: IntArray = np.zeros(self.capacity, dtype=np.int64)
+        self.non_zero_memory: IntArray = np.zeros(self.capacity, dtype=np.int64)
+        self._allocatable: dict[str, IntArray] = {}
+        self._requested: dict[str, IntArray] = {}
+        self.node_generation = 0
+        self.pod_generation = 0
+        self._live_slots: IntArray | None = None
+
+    # -- reading ------------------------------------------------------------------------------
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.live_slots())
+
+    def live_slots(self) -> IntArray:
+        """Slots of existing nodes in ascending order: the node order of a scheduling cycle."""
+        if self._live_slots is None:
+            self._live_slots = np.flatnonzero(self.live[: self.size]).astype(np.int64)
+        return self._live_slots
+
+    def node_infos(self) -> Iterator[NodeInfo]:
+        """Every existing node, in slot order."""
+        for slot in self.live_slots():
+            info = self.infos[slot]
+            assert info is not None
+            yield info
+
+    def get(self, name: str) -> NodeInfo | None:
+        slot = self.index.get(name)
+        if slot is None:
+            return None
+        info = self.infos[slot]
+        return info if info is not None and info.node is not None else None
+
+    def info(self, slot: int) -> NodeInfo:
+        info = self.infos[slot]
+        assert info is not None, f"slot {slot} is empty"
+        return info
+
+    def allocatable(self, resource: str) -> IntArray:
+        """Allocatable amount of ``resource`` per slot, zeros where a node lacks it."""
+        col = self._allocatable.get(resource)
+        if col is None:
+            col = self._new_column(self._allocatable, resource)
+        return col[: self.size]
+
+    def requested(self, resource: str) -> IntArray:
+        col = self._requested.get(resource)
+        if col is None:
+            col = self._new_column(self._requested, resource)
+        return col[: self.size]
+
+    def resources(self) -> list[str]:
+        return sorted(set(self._allocatable) | set(self._requested))
+
+    # -- mutation (the cache's) ----------------------------------------------------------------
+
+    def set_node(self, node: Node) -> NodeInfo:
+        """Add or update a node; returns its NodeInfo."""
+        info = self._ensure(node.name)
+        old = info.node
+        info.node = node
+        info.generation += 1
+        slot = info.slot
+        if old is not None:
+            for r in old.allocatable:
+                self._allocatable[r][slot] = 0
+        for r, v in node.allocatable.items():
+            col = self._allocatable.get(r)
+            if col is None:
+                col = self._new_column(self._allocatable, r)
+            col[slot] = v
+        if not self.live[slot]:
+            self.live[slot] = True
+            self._live_slots = None
+        self.node_generation += 1
+        return info
+
+    def remove_node(self, name: str) -> None:
+        slot = self.index.get(name)
+        if slot is None:
+            return
+        info = self.infos[slot]
+        assert info is not None
+        if info.node is not None:
+            for r in info.node.allocatable:
+                self._allocatable[r][slot] = 0
+        info.node = None
+        info.generation += 1
+        self.live[slot] = False
+        self._live_slots = None
+        self.node_generation += 1
+        if not info.pods:
+            self._release(info)
+
+    def add_pod(self, node_name: str, pod: Pod) -> None:
+        info = self._ensure(node_name)
+        if pod.key in info.pods:
+            self._subtract(info, info.pods[pod.key])
+        info.pods[pod.key] = pod
+        slot = info.slot
+        for r, v in pod.requests.items():
+            if v:
+                info.requested[r] = info.requested.get(r, 0) + v
+                col = self._requested.get(r)
+                if col is None:
+                    col = self._new_column(self._requested, r)
+                col[slot] += v
+        self.pod_count[slot] += 1
+        self.non_zero_cpu[slot] += pod.non_zero_request(CPU)
+        self.non_zero_memory[slot] += pod.non_zero_request(MEMORY)
+        info.generation += 1
+        self.pod_generation += 1
+
+    def remove_pod(self, node_name: str, pod_key: str) -> Pod | None:
+        slot = self.index.get(node_name)
+        if slot is None:
+            return None
+        info = self.infos[slot]
+        assert info is not None
+        pod = info.pods.pop(pod_key, None)
+        if pod is None:
+            return None
+        self._subtract(info, pod)
+        info.generation += 1
+        self.pod_generation += 1
+        if info.node is None and not info.pods:
+            self._release(info)
+        return pod
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _subtract(self, info: NodeInfo, pod: Pod) -> None:
+        slot = info.slot
+        for r, v in pod.requests.items():
+            if v:
+                left = info.requested.get(r, 0) - v
+                if left:
+                    info.requested[r] = left
+                else:
+                    info.requested.pop(r, None)
+                self._requested[r][slot] -= v
+        self.pod_count[slot] -= 1
+        self.non_zero_cpu[slot] -= pod.non_zero_request(CPU)
+        self.non_zero_memory[slot] -= pod.non_zero_request(MEMORY)
+
+    def _ensure(self, name: str) -> NodeInfo:
+        slot = self.index.get(name)
+        if slot is not None:
+            info = self.infos[slot]
+            assert info is not None
+            return info
+        if self._free:
+            slot = heapq.heappop(self._free)
+        else:
+            slot = self.size
+            if slot >= self.capacity:
+                self._grow(self.capacity * 2)
+            self.size += 1
+            self.infos.append(None)
+        info = NodeInfo(name, slot)
+        self.infos[slot] = info
+        self.index[name] = slot
+        return info
+
+    def _release(self, info: NodeInfo) -> None:
+        slot = info.slot
+        del self.index[info.name]
+        self.infos[slot] = None
+        for cols in (self._allocatable, self._requested):
+            for col in cols.values():
+                col[slot] = 0
+        self.pod_count[slot] = 0
+        self.non_zero_cpu[slot] = 0
+        self.non_zero_memory[slot] = 0
+        heapq.heappush(self._free, slot)
+
+    def _new_column(self, cols: dict[str, IntArray], resource: str) -> IntArray:
+        col = np.zeros(self.capacity, dtype=np.int64)
+        cols[resource] = col
+        return col
+
+    def _grow(self, capacity: int) -> None:
+        def grow(a: npt.NDArray[np.generic]) -> npt.NDArray[np.generic]:
+            b = np.zeros(capacity, dtype=a.dtype)
+            b[: a.shape[0]] = a
+            return b
+
+        self.live = grow(self.live)  # type: ignore[assignment]
+        self.pod_count = grow(self.pod_count)  # type: ignore[assignment]
+        self.non_zero_cpu = grow(self.non_zero_cpu)  # type: ignore[assignment]
+        self.non_zero_memory = grow(self.non_zero_memory)  # type: ignore[assignment]
+        for cols in (self._allocatable, self._requested):
+            for r in list(cols):
+                cols[r] = grow(cols[r])  # type: ignore[assignment]
+        self.capacity = capacity
+
+
+# ---------------------------------------------------------------------------------------------
+# Diagnosis and the FitError message (SPEC §6)
+
+NO_NODES_AVAILABLE = "no nodes available to schedule pods"
+
+
+@dataclass(slots=True)
+class Diagnosis:
+    """Why a pod fits nowhere: per-node statuses, or the PreFilter message that stands alone."""
+
+    node_to_status: dict[str, Status] = field(default_factory=dict)
+    unschedulable_plugins: set[str] = field(default_factory=set)
+    pre_filter_msg: str = ""
+    post_filter_msg: str = ""
+
+
+class FitError(Exception):
+    """The pod fits on no node. ``str()`` is kube-scheduler's message, built only here."""
+
+    def __init__(self, pod: Pod, num_all_nodes: int, diagnosis: Diagnosis) -> None:
+        super().__init__()
+        self.pod = pod
+        self.num_all_nodes = num_all_nodes
+        self.diagnosis = diagnosis
+
+    @property
+    def message(self) -> str:
+        return fit_error_message(self.num_all_nodes, self.diagnosis)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def fit_error_message(num_all_nodes: int, diagnosis: Diagnosis) -> str:
+    """``0/5 nodes are available: 2 <reason a>, 3 <reason b>.`` as kube-scheduler words it."""
+    if num_all_nodes == 0 and not diagnosis.pre_filter_msg:
+        return NO_NODES_AVAILABLE
+    msg = f"0/{num_all_nodes} nodes are available:"
+    if diagnosis.pre_filter_msg:
+        msg += f" {diagnosis.pre_filter_msg}."
+    else:
+        counts: dict[str, int] = {}
+        for status in diagnosis.node_to_status.values():
+            for reason in status.reasons:
+                counts[reason] = counts.get(reason, 0) + 1
+        items = sorted(f"{n} {reason}" for reason, n in counts.items())
+        if items:
+            msg += f" {', '.join(items)}."
+    if diagnosis.post_filter_msg:
+        msg += f" {diagnosis.post_filter_msg}."
+    return msg
+

@@ -1,0 +1,471 @@
+"""The scheduler: a serial scheduling cycle and a binding cycle that runs beside it.
+
+One thread (the caller of ``schedule_one``/``run``) owns all scheduling state: it applies
+cluster changes to the cache, the queue and the stateful plugins, runs each pod's scheduling
+cycle (PreFilter → Filter with node sampling → PostFilter when nothing fits → PreScore/Score/
+Normalize → select → assume → Reserve → Permit), and hands the pod to the binding cycle
+(WaitOnPermit → PreBind → Bind → PostBind) on a worker pool, so the next pod never waits for the
+API. Binding outcomes come back through the same inbox as cluster changes; a failure is undone
+on the scheduling thread (Unreserve, forget, requeue with backoff).
+
+Invariants: caches, queue and plugin state are only touched on the scheduling thread; every
+placement is assumed in the cache before its bind starts; a failed bind releases everything it
+reserved; an unschedulable pod gets exactly one FitError message built by
+``scheduler.framework.types.fit_error_message``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue as stdqueue
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from apis.core import Pod
+from scheduler.backend.cache import Cache
+from scheduler.backend.queue import SchedulingQueue
+from scheduler.cluster import Cluster
+from scheduler.config import (
+    Plugins,
+    SchedulerConfiguration,
+    num_feasible_nodes_to_find,
+)
+from scheduler.framework.cycle_state import CycleState
+from scheduler.framework.events import Action, Change, ClusterEvent
+from scheduler.framework.interfaces import BindError, Clock, Handle, PluginFactory, QueuedPodInfo
+from scheduler.framework.runtime import Framework, FrameworkError, Observer
+from scheduler.framework.status import Code, Status
+from scheduler.framework.types import Diagnosis, FitError
+
+PLUGIN_METRICS_SAMPLE_PERCENT = 10
+
+
+class MonotonicClock:
+    def now(self) -> float:
+        return time.monotonic()
+
+
+class SchedulerObserver(Observer, Protocol):
+    """What the metrics module is told, beyond extension-point timings."""
+
+    def attempt(self, result: str, profile: str, seconds: float) -> None: ...
+
+    def scheduled(self, attempts: int, sli_seconds: float) -> None: ...
+
+
+class _NullSchedulerObserver:
+    def extension_point(self, profile: str, ep: str, status: str, seconds: float) -> None:
+        pass
+
+    def plugin(self, plugin: str, ep: str, status: str, seconds: float) -> None:
+        pass
+
+    def attempt(self, result: str, profile: str, seconds: float) -> None:
+        pass
+
+    def scheduled(self, attempts: int, sli_seconds: float) -> None:
+        pass
+
+
+@dataclass(slots=True)
+class _BindOutcome:
+    """Sent from the binding cycle back to the scheduling thread."""
+
+    framework: Framework
+    state: CycleState
+    qpi: QueuedPodInfo
+    assumed: Pod
+    status: Status | None
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """A decision of the scheduling cycle (what the simulator reports)."""
+
+    pod_key: str
+    node: str
+    annotations: Mapping[str, str]
+
+
+class Scheduler:
+    """Builds the profiles and runs the scheduling loop against a Cluster."""
+
+    def __init__(
+        self,
+        config: SchedulerConfiguration,
+        cluster: Cluster,
+        registry: Mapping[str, PluginFactory],
+        default_plugins: Plugins | None = None,
+        *,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+        observer: SchedulerObserver | None = None,
+        bind_workers: int = 4,
+    ) -> None:
+        self.config = config
+        self.cluster = cluster
+        self.clock: Clock = clock or MonotonicClock()
+        self.rng = rng or random.Random()
+        self.observer: SchedulerObserver = observer or _NullSchedulerObserver()
+        self.cache = Cache(self.clock)
+        self._event_handlers: list[Callable[[Change], None]] = []
+        shared: dict[str, Any] = {}
+        self.profiles: dict[str, Framework] = {}
+        for profile in config.profiles:
+            handle = Handle(
+                self.cache.snapshot,
+                cluster,
+                self.clock,
+                profile.scheduler_name,
+                shared=shared,
+                event_handlers=self._event_handlers,
+            )
+            self.profiles[profile.scheduler_name] = Framework(
+                profile, registry, handle, default_plugins, self.observer
+            )
+        sorts = {tuple(f.plugins_at("queue_sort")) for f in self.profiles.values()}
+        if len(sorts) > 1:
+            raise FrameworkError("all profiles must use the same queueSort plugin")
+        first = next(iter(self.profiles.values()))
+        registered: dict[ClusterEvent, set[str]] = {}
+        for fwk in self.profiles.values():
+            for event, names in fwk.events_to_register().items():
+                registered.setdefault(event, set()).update(names)
+        self.queue = SchedulingQueue(
+            first.queue_sort.less,
+            self.clock,
+            initial_backoff=config.pod_initial_backoff_seconds,
+            max_backoff=config.pod_max_backoff_seconds,
+            registered_events={e: frozenset(n) for e, n in registered.items()},
+        )
+        self._inbox: stdqueue.SimpleQueue[Change | _BindOutcome] = stdqueue.SimpleQueue()
+        self._binder = ThreadPoolExecutor(max(1, bind_workers), thread_name_prefix="bind")
+        self._in_flight = 0
+        self._next_start_index = 0
+        self.placements: list[Placement] = []
+        self.failures: dict[str, str] = {}
+        self.cluster.subscribe(self._inbox.put)
+
+    # -- events ---------------------------------------------------------------------------------
+
+    def _responsible(self, pod: Pod) -> bool:
+        return pod.scheduler_name in self.profiles
+
+    def drain(self, block: bool = False, timeout: float | None = None) -> int:
+        """Apply every queued change and bind outcome; returns how many were applied."""
+        n = 0
+        while True:
+            try:
+                item = self._inbox.get(block=block and n == 0, timeout=timeout)
+            except stdqueue.Empty:
+                return n
+            n += 1
+            if isinstance(item, _BindOutcome):
+                self._finish_binding(item)
+            else:
+                self._apply(item)
+
+    def _apply(self, change: Change) -> None:
+        if change.kind == "Node":
+            self.cache.apply(change)
+            if change.action is Action.ADD:
+                self.queue.node_added(change.new)
+            elif change.action is Action.UPDATE:
+                self.queue.node_updated(change.old, change.new)
+            else:
+                self.queue.node_deleted(change.old)
+        elif change.kind == "Pod":
+            self._apply_pod(change.old, change.new)
+        elif change.kind == "Device":
+            self.queue.device_changed(change.action)
+        for handler in self._event_handlers:
+            handler(change)
+
+    def _apply_pod(self, old: Pod | None, new: Pod | None) -> None:
+        was_assigned = old is not None and old.assigned
+        if new is not None and new.assigned:
+            if was_assigned:
+                assert old is not None
+                self.cache.update_pod(old, new)
+                self.queue.assigned_pod_updated(old, new)
+            else:
+                if old is not None:
+                    self.queue.delete(old)
+                self.cache.add_pod(new)
+                self.queue.assigned_pod_added(new)
+            return
+        if was_assigned:
+            assert old is not None
+            self.cache.remove_pod(old)
+            self.queue.assigned_pod_deleted(old)
+            return
+        # Unassigned pods: the queue's business, when one of our profiles owns them.
+        if new is None or new.terminal or new.terminating or not self._responsible(new):
+            if old is not None:
+                self.queue.delete(old)
+            return
+        if old is None:
+            self.queue.add(new)
+        elif _spec_changed(old, new):
+            self.queue.update(old, new)
+
+    # -- the loop -----------------------------------------------------------------------------------
+
+    def schedule_one(self) -> bool:
+        """Apply pending changes and schedule at most one pod; False when none was ready."""
+        self.drain()
+        self.queue.flush()
+        for pod in self.cache.cleanup_assumed_pods():
+            fwk = self.profiles.get(pod.scheduler_name)
+            if fwk is not None:
+                fwk.run_unreserve(CycleState(), pod, pod.node_name)
+        qpi = self.queue.pop()
+        if qpi is None:
+            return False
+        fwk = self.profiles.get(qpi.pod.scheduler_name)
+        if fwk is None or qpi.pod.terminating or self.cache.get_pod(qpi.pod.key) is not None:
+            return True
+        self._schedule(fwk, qpi)
+        return True
+
+    def run_until_idle(self, timeout: float = 60.0) -> None:
+        """Schedule until no pod is ready and no bind is in flight (the simulator's loop).
+
+        Pods left backing off or unschedulable stay where they are: nothing more will change.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.schedule_one():
+                continue
+            if self._in_flight == 0:
+                self.drain()
+                if self._in_flight == 0 and not self.queue.pending_counts()["active"]:
+                    return
+            if time.monotonic() > deadline:
+                raise TimeoutError("scheduler did not become idle")
+            self.drain(block=True, timeout=0.05)
+
+    def run(self, stop: threading.Event, ready: Callable[[], bool] = lambda: True) -> None:
+        """The long-running loop: schedule while ``ready()``, sleep on the inbox otherwise."""
+        while not stop.is_set():
+            if ready() and self.schedule_one():
+                continue
+            wake = self.queue.next_wakeup()
+            wait = 1.0 if wake is None else min(1.0, max(0.0, wake - self.clock.now()))
+            self.drain(block=True, timeout=max(wait, 0.001))
+
+    def close(self) -> None:
+        self._binder.shutdown(wait=True)
+        self.drain()
+
+    # -- scheduling cycle -------------------------------------------------------------------------
+
+    def _schedule(self, fwk: Framework, qpi: QueuedPodInfo) -> None:
+        pod = qpi.pod
+        start = time.perf_counter()
+        state = CycleState()
+        state.record_metrics = self.rng.randrange(100) < PLUGIN_METRICS_SAMPLE_PERCENT
+        cycle = self.queue.scheduling_cycle
+        try:
+            node_name = self._select_node(fwk, state, pod)
+        except FitError as err:
+            self._fail(fwk, qpi, err.message, err.diagnosis.unschedulable_plugins, cycle)
+            self.observer.attempt("unschedulable", fwk.name, time.perf_counter() - start)
+            return
+        except _CycleError as err:
+            self._fail(fwk, qpi, err.status.message, set(), cycle, error=True)
+            self.observer.attempt("error", fwk.name, time.perf_counter() - start)
+            return
+
+        assumed = dataclasses.replace(pod, node_name=node_name)
+        self.cache.assume_pod(assumed)
+        status = fwk.run_reserve(state, assumed, node_name)
+        if status is not None:
+            fwk.run_unreserve(state, assumed, node_name)
+            self.cache.forget_pod(assumed)
+            self._fail_status(fwk, qpi, status, cycle)
+            self.observer.attempt(_result_of(status), fwk.name, time.perf_counter() - start)
+            return
+        status, wait = fwk.run_permit(state, assumed, node_name)
+        if status is not None and status.code != Code.WAIT:
+            fwk.run_unreserve(state, assumed, node_name)
+            self.cache.forget_pod(assumed)
+            self._fail_status(fwk, qpi, status, cycle)
+            self.observer.attempt(_result_of(status), fwk.name, time.perf_counter() - start)
+            return
+        self.observer.attempt("scheduled", fwk.name, time.perf_counter() - start)
+        self._in_flight += 1
+        self._binder.submit(self._binding_cycle, fwk, state, qpi, assumed, wait)
+
+    def _select_node(self, fwk: Framework, state: CycleState, pod: Pod) -> str:
+        snapshot = self.cache.snapshot
+        num_nodes = snapshot.num_nodes
+        if num_nodes == 0:
+            raise FitError(pod, 0, Diagnosis())
+        status = fwk.run_pre_filter(state, pod)
+        if status is not None:
+            if status.code == Code.ERROR:
+                raise _CycleError(status)
+            diagnosis = Diagnosis(
+                pre_filter_msg=status.message, unschedulable_plugins={status.plugin}
+            )
+            self._post_filter(fwk, state, pod, diagnosis)
+            raise FitError(pod, num_nodes, diagnosis)
+
+        percentage = fwk.profile.percentage_of_nodes_to_score
+        if percentage is None:
+            percentage = self.config.percentage_of_nodes_to_score
+        to_find = num_feasible_nodes_to_find(percentage, num_nodes)
+        outcome = fwk.find_feasible(state, pod, snapshot, to_find, self._next_start_index)
+        self._next_start_index = (self._next_start_index + outcome.processed) % num_nodes
+        feasible = outcome.feasible
+        if len(feasible) == 0:
+            node_to_status = outcome.diagnose()
+            errors = [s for s in node_to_status.values() if s.code == Code.ERROR]
+            if errors:
+                raise _CycleError(errors[0])
+            diagnosis = Diagnosis(
+                node_to_status=node_to_status,
+                unschedulable_plugins={s.plugin for s in node_to_status.values() if s.plugin},
+            )
+            self._post_filter(fwk, state, pod, diagnosis)
+            raise FitError(pod, num_nodes, diagnosis)
+        if len(feasible) == 1:
+            return snapshot.info(int(feasible[0])).name
+
+        infos = [snapshot.info(int(s)) for s in feasible]
+        status = fwk.run_pre_score(state, pod, infos)
+        if status is not None:
+            raise _CycleError(status)
+        if not fwk.has_score_plugins(state):
+            return infos[0].name
+        totals = fwk.run_score(state, pod, snapshot, feasible)
+        if isinstance(totals, Status):
+            raise _CycleError(totals)
+        best = np.flatnonzero(totals == totals.max())
+        pick = int(best[0]) if len(best) == 1 else int(best[self.rng.randrange(len(best))])
+        return infos[pick].name
+
+    def _post_filter(
+        self, fwk: Framework, state: CycleState, pod: Pod, diagnosis: Diagnosis
+    ) -> None:
+        if not fwk.plugins_at("post_filter"):
+            return
+        _, status = fwk.run_post_filter(state, pod, diagnosis.node_to_status)
+        if status is not None and status.message:
+            diagnosis.post_filter_msg = status.message
+
+    # -- binding cycle (worker thread) ------------------------------------------------------------
+
+    def _binding_cycle(
+        self, fwk: Framework, state: CycleState, qpi: QueuedPodInfo, assumed: Pod, wait: float
+    ) -> None:
+        node = assumed.node_name
+        status: Status | None = None
+        try:
+            if wait > 0:
+                status = Status(Code.UNSCHEDULABLE, ("rejected by permit: wait timed out",))
+                time.sleep(wait)  # no plugin in this project allows waiting pods early
+            if status is None:
+                status = fwk.run_pre_bind(state, assumed, node)
+            if status is None:
+                status = fwk.run_bind(state, assumed, node)
+            if status is None:
+                fwk.run_post_bind(state, assumed, node)
+        except Exception as exc:  # never lose a pod to a bug in the binding cycle
+            status = Status(Code.ERROR, (str(exc),), exc)
+        self._inbox.put(_BindOutcome(fwk, state, qpi, assumed, status))
+
+    def _finish_binding(self, outcome: _BindOutcome) -> None:
+        self._in_flight -= 1
+        fwk, assumed, status = outcome.framework, outcome.assumed, outcome.status
+        if status is None:
+            self.cache.finish_binding(assumed)
+            qpi = outcome.qpi
+            self.placements.append(
+                Placement(assumed.key, assumed.node_name, dict(outcome.state.bind_annotations))
+            )
+            self.failures.pop(assumed.key, None)
+            first = qpi.initial_attempt_timestamp or qpi.timestamp
+            self.observer.scheduled(qpi.attempts, self.clock.now() - first)
+            self._io(
+                fwk.handle.client.record_event,
+                assumed,
+                "Normal",
+                "Scheduled",
+                f"Successfully assigned {assumed.key} to {assumed.node_name}",
+            )
+            return
+        fwk.run_unreserve(outcome.state, assumed, assumed.node_name)
+        self.cache.forget_pod(assumed)
+        gone = isinstance(status.error, BindError) and status.error.gone
+        if gone:
+            return  # deleted or bound by someone else: nothing to retry
+        message = f"Binding rejected: {status.message}"
+        self.failures[assumed.key] = message
+        self.queue.requeue_with_backoff(outcome.qpi)
+        self._report_failure(fwk, outcome.qpi.pod, message, error=True)
+
+    # -- failures -------------------------------------------------------------------------------------
+
+    def _fail_status(
+        self, fwk: Framework, qpi: QueuedPodInfo, status: Status, cycle: int
+    ) -> None:
+        plugins = {status.plugin} if status.is_rejected and status.plugin else set()
+        self._fail(fwk, qpi, status.message, plugins, cycle, error=status.code == Code.ERROR)
+
+    def _fail(
+        self,
+        fwk: Framework,
+        qpi: QueuedPodInfo,
+        message: str,
+        plugins: set[str],
+        cycle: int,
+        error: bool = False,
+    ) -> None:
+        qpi.unschedulable_plugins = set(plugins)
+        qpi.last_failure = message
+        self.failures[qpi.key] = message
+        self.queue.add_unschedulable_if_not_present(qpi, cycle)
+        self._report_failure(fwk, qpi.pod, message, error)
+
+    def _report_failure(self, fwk: Framework, pod: Pod, message: str, error: bool) -> None:
+        client = fwk.handle.client
+        reason = "SchedulerError" if error else "Unschedulable"
+        self._io(client.record_event, pod, "Warning", "FailedScheduling", message)
+        self._io(client.set_pod_scheduled_condition, pod, "False", reason, message)
+
+    def _io(self, fn: Callable[..., None], *args: Any) -> None:
+        """Cluster writes that are not binds run on the worker pool, never on the hot path."""
+
+        def call() -> None:
+            try:
+                fn(*args)
+            except Exception:  # reporting must never break scheduling
+                pass
+
+        self._binder.submit(call)
+
+
+class _CycleError(Exception):
+    def __init__(self, status: Status) -> None:
+        super().__init__(status.message)
+        self.status = status
+
+
+def _result_of(status: Status) -> str:
+    return "error" if status.code == Code.ERROR else "unschedulable"
+
+
+def _spec_changed(old: Pod, new: Pod) -> bool:
+    """Status-only updates (our own condition writes) must not requeue the pod."""
+    return dataclasses.replace(old, resource_version="", phase="") != dataclasses.replace(
+        new, resource_version="", phase=""
+    )

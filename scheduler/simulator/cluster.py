@@ -1,0 +1,175 @@
+"""An embedded, in-memory cluster implementing the Cluster port (simulator and tests).
+
+It stores objects the way an API server would (the raw mapping plus our decoded record), turns
+every write into a ``Change`` for its subscribers, and binds like the API server does: one
+write that sets ``spec.nodeName`` and merges the Binding's annotations; a pod that is gone or
+already bound answers with ``BindError(gone=True)``.
+
+Invariants: writes are serialised by one lock and each delivers exactly one Change per object
+to every subscriber, in write order; stored raw objects are never mutated in place (each write
+stores a new mapping), so a record handed out stays valid.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from apis.core import Node, Pod, decode_node, decode_pod
+from apis.device import Device
+from scheduler.cluster import ChangeHandler
+from scheduler.framework.events import Change
+from scheduler.framework.interfaces import BindError
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedEvent:
+    pod_key: str
+    type: str
+    reason: str
+    message: str
+
+
+class InMemoryCluster:
+    """Nodes, pods and Devices in dictionaries, with a bind that behaves like the API server."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self.nodes: dict[str, Node] = {}
+        self.pods: dict[str, Pod] = {}
+        self.devices: dict[str, Device] = {}
+        self.events: list[RecordedEvent] = []
+        self.binds = 0
+        self._handlers: list[ChangeHandler] = []
+        self._rv = 0
+        self.bind_hook: Callable[[Pod, str], Exception | None] | None = None
+        """Tests set this to make a bind fail: return an exception to raise."""
+
+    # -- the Cluster port -------------------------------------------------------------------------
+
+    def subscribe(self, handler: ChangeHandler) -> None:
+        with self._lock:
+            self._handlers.append(handler)
+            for node in self.nodes.values():
+                handler(Change("Node", None, node))
+            for device in self.devices.values():
+                handler(Change("Device", None, device))
+            for pod in self.pods.values():
+                handler(Change("Pod", None, pod))
+
+    def wait_for_sync(self, timeout: float | None = None) -> bool:
+        return True
+
+    def bind(self, pod: Pod, node_name: str, annotations: Mapping[str, str]) -> None:
+        with self._lock:
+            if self.bind_hook is not None:
+                err = self.bind_hook(pod, node_name)
+                if err is not None:
+                    raise err
+            current = self.pods.get(pod.key)
+            if current is None or current.uid != pod.uid:
+                raise BindError(f"pods {pod.name!r} not found", gone=True)
+            if current.node_name:
+                raise BindError(
+                    f"pod {pod.key} is already assigned to node {current.node_name!r}",
+                    gone=True,
+                )
+            raw = copy.deepcopy(dict(current.raw))
+            meta = raw.setdefault("metadata", {})
+            if annotations:
+                merged = dict(meta.get("annotations") or {})
+                merged.update(annotations)
+                meta["annotations"] = merged
+            raw.setdefault("spec", {})["nodeName"] = node_name
+            self.binds += 1
+            self._store_pod(raw)
+
+    def record_event(self, pod: Pod, event_type: str, reason: str, message: str) -> None:
+        with self._lock:
+            self.events.append(RecordedEvent(pod.key, event_type, reason, message))
+
+    def set_pod_scheduled_condition(
+        self, pod: Pod, status: str, reason: str, message: str
+    ) -> None:
+        with self._lock:
+            current = self.pods.get(pod.key)
+            if current is None:
+                return
+            raw = copy.deepcopy(dict(current.raw))
+            st = raw.setdefault("status", {})
+            conditions = [
+                c for c in st.get("conditions") or [] if c.get("type") != "PodScheduled"
+            ]
+            conditions.append(
+                {"type": "PodScheduled", "status": status, "reason": reason, "message": message}
+            )
+            st["conditions"] = conditions
+            self._store_pod(raw)
+
+    # -- writes (the "API") ---------------------------------------------------------------------
+
+    def apply_node(self, obj: Mapping[str, Any]) -> Node:
+        with self._lock:
+            node = decode_node(self._stamp(obj))
+            old = self.nodes.get(node.name)
+            self.nodes[node.name] = node
+            self._emit(Change("Node", old, node))
+            return node
+
+    def delete_node(self, name: str) -> None:
+        with self._lock:
+            old = self.nodes.pop(name, None)
+            if old is not None:
+                self._emit(Change("Node", old, None))
+
+    def apply_device(self, obj: Mapping[str, Any]) -> Device:
+        with self._lock:
+            device = Device.from_dict(self._stamp(obj))
+            old = self.devices.get(device.name)
+            self.devices[device.name] = device
+            self._emit(Change("Device", old, device))
+            return device
+
+    def delete_device(self, name: str) -> None:
+        with self._lock:
+            old = self.devices.pop(name, None)
+            if old is not None:
+                self._emit(Change("Device", old, None))
+
+    def apply_pod(self, obj: Mapping[str, Any]) -> Pod:
+        with self._lock:
+            return self._store_pod(self._stamp(obj))
+
+    def delete_pod(self, key: str) -> None:
+        with self._lock:
+            old = self.pods.pop(key, None)
+            if old is not None:
+                self._emit(Change("Pod", old, None))
+
+    # -- internals --------------------------------------------------------------------------------
+
+    def _stamp(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        raw = copy.deepcopy(dict(obj))
+        self._rv += 1
+        meta = raw.setdefault("metadata", {})
+        meta["resourceVersion"] = str(self._rv)
+        return raw
+
+    def _store_pod(self, raw: dict[str, Any]) -> Pod:
+        if "resourceVersion" not in raw.get("metadata", {}):
+            raw = self._stamp(raw)
+        else:
+            self._rv += 1
+            raw["metadata"]["resourceVersion"] = str(self._rv)
+        pod = decode_pod(raw)
+        old = self.pods.get(pod.key)
+        self.pods[pod.key] = pod
+        self._emit(Change("Pod", old, pod))
+        return pod
+
+    def _emit(self, change: Change) -> None:
+        for handler in self._handlers:
+            handler(change)

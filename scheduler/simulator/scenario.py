@@ -1,0 +1,138 @@
+"""Scenario files for ``koord-scheduler simulate``: multi-document YAML of Kubernetes objects.
+
+A scenario holds v1 Nodes, ``scheduling.koordinator.sh/v1alpha1`` Devices and v1 Pods, as
+separate documents or inside ``kind: List`` documents. Pods with ``spec.nodeName`` are already
+running; the rest are to be scheduled, in file order.
+
+Invariants: loading either returns a fully decoded scenario or raises ``ScenarioError`` whose
+one-line message names the file, the document (1-based) and the field — never a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from apis.core import DecodeError, decode_node, decode_pod
+from apis.device import Device
+
+DEVICE_API_VERSION = "scheduling.koordinator.sh/v1alpha1"
+_KINDS = {("v1", "Node"), ("v1", "Pod"), (DEVICE_API_VERSION, "Device")}
+
+
+class ScenarioError(ValueError):
+    """Bad scenario input; ``str()`` is one line naming file, document and field."""
+
+
+@dataclass(slots=True)
+class Scenario:
+    """Raw objects, validated, in file order (each is decoded again by the cluster on write)."""
+
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    devices: list[dict[str, Any]] = field(default_factory=list)
+    pods: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def running_pods(self) -> list[dict[str, Any]]:
+        return [p for p in self.pods if (p.get("spec") or {}).get("nodeName")]
+
+    @property
+    def pending_pods(self) -> list[dict[str, Any]]:
+        return [p for p in self.pods if not (p.get("spec") or {}).get("nodeName")]
+
+
+def load_scenario(path: str | os.PathLike[str]) -> Scenario:
+    name = os.fspath(path)
+    try:
+        with open(name, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise ScenarioError(f"{name}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ScenarioError(f"{name}: not UTF-8 text") from None
+    return parse_scenario(text, name)
+
+
+def parse_scenario(text: str, source: str = "<scenario>") -> Scenario:
+    scenario = Scenario()
+    seen: dict[tuple[str, str], int] = {}
+    for doc_no, index, obj in _objects(text, source):
+        where = f"{source}: document {doc_no}" + (f", item {index}" if index is not None else "")
+        if not isinstance(obj, Mapping):
+            raise ScenarioError(f"{where}: expected a Kubernetes object, got {_kind_of(obj)}")
+        api_version, kind = obj.get("apiVersion"), obj.get("kind")
+        if (api_version, kind) not in _KINDS:
+            raise ScenarioError(
+                f"{where}: unsupported object apiVersion={api_version!r} kind={kind!r} "
+                f"(expected v1 Node, v1 Pod or {DEVICE_API_VERSION} Device)"
+            )
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+        label = f"{where} ({kind} {meta.get('name', '?')!s})"
+        try:
+            if kind == "Node":
+                key = decode_node(obj).name
+            elif kind == "Pod":
+                key = decode_pod(obj).key
+            else:
+                key = Device.from_dict(obj).name
+        except (DecodeError, ValueError) as exc:
+            raise ScenarioError(f"{label}: {exc}") from None
+        first = seen.get((kind, key))
+        if first is not None:
+            raise ScenarioError(
+                f"{label}: duplicate {kind} {key!r} (first defined in document {first})"
+            )
+        seen[(kind, key)] = doc_no
+        target = {"Node": scenario.nodes, "Pod": scenario.pods, "Device": scenario.devices}
+        target[kind].append(dict(obj))
+    for dev in scenario.devices:
+        name = dev["metadata"]["name"]
+        if ("Node", name) not in seen:
+            raise ScenarioError(
+                f"{source}: document {seen[('Device', name)]} (Device {name}): "
+                f"no Node named {name!r} (a Device is named after its node)"
+            )
+    return scenario
+
+
+def _objects(text: str, source: str) -> Iterator[tuple[int, int | None, Any]]:
+    try:
+        docs = list(yaml.safe_load_all(text))
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"
+        doc_no = text.count("\n---", 0, _offset(text, mark.line) if mark else 0) + 1
+        raise ScenarioError(
+            f"{source}: document {doc_no}: malformed YAML at {where}: {exc.problem}"
+        ) from None
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{source}: malformed YAML: {exc}") from None
+    for doc_no, doc in enumerate(docs, start=1):
+        if doc is None:
+            continue
+        if isinstance(doc, Mapping) and doc.get("kind") == "List":
+            items = doc.get("items") or []
+            if not isinstance(items, list):
+                raise ScenarioError(f"{source}: document {doc_no}: List items must be a list")
+            for i, item in enumerate(items):
+                yield doc_no, i, item
+        else:
+            yield doc_no, None, doc
+
+
+def _offset(text: str, line: int) -> int:
+    pos = 0
+    for _ in range(line):
+        nxt = text.find("\n", pos)
+        if nxt < 0:
+            return len(text)
+        pos = nxt + 1
+    return pos
+
+
+def _kind_of(obj: Any) -> str:
+    return "a list" if isinstance(obj, list) else type(obj).__name__
