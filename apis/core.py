@@ -282,7 +282,9 @@ def _requirement(value: Any, path: str) -> NodeSelectorRequirement:
         try:
             int(values[0])
         except ValueError:
-            raise DecodeError(f"{path}.values[0]", f"must be an integer, got {values[0]!r}") from None
+            raise DecodeError(
+                f"{path}.values[0]", f"must be an integer, got {values[0]!r}"
+            ) from None
     return NodeSelectorRequirement(key=key, operator=op, values=values)
 
 

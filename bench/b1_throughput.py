@@ -33,13 +33,22 @@ GPU_MEMORY_GI = (16, 40, 80)
 def node_obj(i: int) -> dict[str, Any]:
     mem = GPU_MEMORY_GI[i % 3]
     alloc = {
-        "cpu": "64", "memory": "512Gi", "pods": "110", "ephemeral-storage": "1Ti",
-        "nvidia.com/gpu": "8", "koordinator.sh/gpu-core": "800",
-        "koordinator.sh/gpu-memory-ratio": "800", "koordinator.sh/gpu-memory": f"{8 * mem}Gi",
+        "cpu": "64",
+        "memory": "512Gi",
+        "pods": "110",
+        "ephemeral-storage": "1Ti",
+        "nvidia.com/gpu": "8",
+        "koordinator.sh/gpu-core": "800",
+        "koordinator.sh/gpu-memory-ratio": "800",
+        "koordinator.sh/gpu-memory": f"{8 * mem}Gi",
     }
     return {
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": f"node-{i:05d}", "labels": {"node.koordinator.sh/gpu-model": f"G{mem}"}},
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": f"node-{i:05d}",
+            "labels": {"node.koordinator.sh/gpu-model": f"G{mem}"},
+        },
         "status": {"allocatable": alloc},
     }
 
@@ -47,15 +56,31 @@ def node_obj(i: int) -> dict[str, Any]:
 def device_obj(i: int) -> dict[str, Any]:
     mem = GPU_MEMORY_GI[i % 3]
     return {
-        "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Device",
+        "apiVersion": "scheduling.koordinator.sh/v1alpha1",
+        "kind": "Device",
         "metadata": {"name": f"node-{i:05d}"},
-        "spec": {"devices": [
-            {"type": "gpu", "id": f"GPU-{i:08x}-{m:04x}", "minor": m, "health": True,
-             "resources": {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": f"{mem}Gi",
-                           "koordinator.sh/gpu-memory-ratio": "100"},
-             "topology": {"socketID": m // 4, "nodeID": m // 4, "pcieID": f"pci{m // 2}",
-                          "busID": f"0000:{m:02x}:00.0"}}
-            for m in range(8)]},
+        "spec": {
+            "devices": [
+                {
+                    "type": "gpu",
+                    "id": f"GPU-{i:08x}-{m:04x}",
+                    "minor": m,
+                    "health": True,
+                    "resources": {
+                        "koordinator.sh/gpu-core": "100",
+                        "koordinator.sh/gpu-memory": f"{mem}Gi",
+                        "koordinator.sh/gpu-memory-ratio": "100",
+                    },
+                    "topology": {
+                        "socketID": m // 4,
+                        "nodeID": m // 4,
+                        "pcieID": f"pci{m // 2}",
+                        "busID": f"0000:{m:02x}:00.0",
+                    },
+                }
+                for m in range(8)
+            ]
+        },
     }
 
 
@@ -82,8 +107,12 @@ def pod_obj(name: str, requests: dict[str, str], node: str = "") -> dict[str, An
     }
     if node:
         spec["nodeName"] = node
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "bench"}, "spec": spec}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "bench"},
+        "spec": spec,
+    }
 
 
 class AttemptRecorder:
@@ -112,14 +141,24 @@ def run_case(nodes: int, mix: str, prefill: bool, seed: int = 1) -> dict[str, An
         cluster.apply_node(node_obj(i))
         if mix == "gpu":
             cluster.apply_device(device_obj(i))
-    config = parse_config({
-        "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
-        "percentageOfNodesToScore": 100,
-        "profiles": [{"schedulerName": "koord-scheduler"}],
-    })
+    config = parse_config(
+        {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "percentageOfNodesToScore": 100,
+            "profiles": [{"schedulerName": "koord-scheduler"}],
+        }
+    )
     recorder = AttemptRecorder()
-    sched = Scheduler(config, cluster, in_tree_registry(), default_plugins(),
-                      clock=SimulatedClock(), rng=random.Random(seed), observer=recorder)
+    sched = Scheduler(
+        config,
+        cluster,
+        in_tree_registry(),
+        default_plugins(),
+        clock=SimulatedClock(),
+        rng=random.Random(seed),
+        observer=recorder,
+    )
     if prefill:
         # Half of the cluster already taken by running pods (placed by the scheduler first).
         if mix == "gpu":
@@ -143,8 +182,13 @@ def run_case(nodes: int, mix: str, prefill: bool, seed: int = 1) -> dict[str, An
     bound = cluster.binds - binds_before
     d = sorted(recorder.durations)
     return {
-        "nodes": nodes, "mix": mix, "prefill": prefill, "pods": count, "bound": bound,
-        "seconds": elapsed, "pods_per_s": count / elapsed,
+        "nodes": nodes,
+        "mix": mix,
+        "prefill": prefill,
+        "pods": count,
+        "bound": bound,
+        "seconds": elapsed,
+        "pods_per_s": count / elapsed,
         "p50_ms": 1000 * statistics.median(d) if d else 0.0,
         "p99_ms": 1000 * d[int(0.99 * (len(d) - 1))] if d else 0.0,
         "results": dict(recorder.results),
@@ -155,18 +199,27 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", default="500,1000,5000")
     has_deviceshare = "DeviceShare" in in_tree_registry()
-    parser.add_argument("--mix", choices=("gpu", "cpu"), default="gpu" if has_deviceshare else "cpu")
+    parser.add_argument(
+        "--mix", choices=("gpu", "cpu"), default="gpu" if has_deviceshare else "cpu"
+    )
     parser.add_argument("--prefill", action="store_true", help="start half allocated")
     args = parser.parse_args(argv)
-    print(f"# B1 {time.strftime('%Y-%m-%d')} python {platform.python_version()} "
-          f"{platform.machine()} mix={args.mix}")
-    print(f"{'nodes':>6} {'pods':>6} {'bound':>6} {'prefill':>7} {'pods/s':>8} {'p50 ms':>7} "
-          f"{'p99 ms':>7} {'seconds':>8}")
+    print(
+        f"# B1 {time.strftime('%Y-%m-%d')} python {platform.python_version()} "
+        f"{platform.machine()} mix={args.mix}"
+    )
+    print(
+        f"{'nodes':>6} {'pods':>6} {'bound':>6} {'prefill':>7} {'pods/s':>8} {'p50 ms':>7} "
+        f"{'p99 ms':>7} {'seconds':>8}"
+    )
     for n in (int(x) for x in args.nodes.split(",")):
         r = run_case(n, args.mix, args.prefill)
-        print(f"{r['nodes']:>6} {r['pods']:>6} {r['bound']:>6} {str(r['prefill']):>7} "
-              f"{r['pods_per_s']:>8.0f} {r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f} "
-              f"{r['seconds']:>8.2f}", flush=True)
+        print(
+            f"{r['nodes']:>6} {r['pods']:>6} {r['bound']:>6} {r['prefill']!s:>7} "
+            f"{r['pods_per_s']:>8.0f} {r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f} "
+            f"{r['seconds']:>8.2f}",
+            flush=True,
+        )
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"# peak RSS {peak_mb:.0f} MiB (whole run)")
     return 0

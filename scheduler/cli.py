@@ -69,7 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("file", metavar="FILE", help="scenario YAML")
     sim.add_argument("--config", metavar="CFG", help="KubeSchedulerConfiguration file")
     sim.add_argument(
-        "-o", "--output", choices=("table", "yaml", "json"), default="table",
+        "-o",
+        "--output",
+        choices=("table", "yaml", "json"),
+        default="table",
         help="table (default), or every pod as it would be on the API server",
     )
     sim.add_argument("--seed", type=int, default=0, help="seed for tie-breaking (default 0)")

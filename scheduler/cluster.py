@@ -18,7 +18,7 @@ from typing import Protocol
 from scheduler.framework.events import Change
 from scheduler.framework.interfaces import BindError, ClusterClient
 
-__all__ = ["BindError", "Cluster", "ClusterClient", "ChangeHandler"]
+__all__ = ["BindError", "ChangeHandler", "Cluster", "ClusterClient"]
 
 ChangeHandler = Callable[[Change], None]
 

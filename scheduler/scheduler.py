@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
+import structlog
 
 from apis.core import Pod
 from scheduler.backend.cache import Cache
@@ -45,6 +46,8 @@ from scheduler.framework.status import Code, Status
 from scheduler.framework.types import Diagnosis, FitError
 
 PLUGIN_METRICS_SAMPLE_PERCENT = 10
+
+log = structlog.get_logger("koord-scheduler")
 
 
 class MonotonicClock:
@@ -153,7 +156,7 @@ class Scheduler:
         self.failures: dict[str, str] = {}
         self.cluster.subscribe(self._inbox.put)
 
-    # -- events ---------------------------------------------------------------------------------
+    # -- events -----------------------------------------------------------------------------------
 
     def _responsible(self, pod: Pod) -> bool:
         return pod.scheduler_name in self.profiles
@@ -216,7 +219,7 @@ class Scheduler:
         elif _spec_changed(old, new):
             self.queue.update(old, new)
 
-    # -- the loop -----------------------------------------------------------------------------------
+    # -- the loop ---------------------------------------------------------------------------------
 
     def schedule_one(self) -> bool:
         """Apply pending changes and schedule at most one pod; False when none was ready."""
@@ -413,11 +416,9 @@ class Scheduler:
         self.queue.requeue_with_backoff(outcome.qpi)
         self._report_failure(fwk, outcome.qpi.pod, message, error=True)
 
-    # -- failures -------------------------------------------------------------------------------------
+    # -- failures ---------------------------------------------------------------------------------
 
-    def _fail_status(
-        self, fwk: Framework, qpi: QueuedPodInfo, status: Status, cycle: int
-    ) -> None:
+    def _fail_status(self, fwk: Framework, qpi: QueuedPodInfo, status: Status, cycle: int) -> None:
         plugins = {status.plugin} if status.is_rejected and status.plugin else set()
         self._fail(fwk, qpi, status.message, plugins, cycle, error=status.code == Code.ERROR)
 
@@ -448,8 +449,8 @@ class Scheduler:
         def call() -> None:
             try:
                 fn(*args)
-            except Exception:  # reporting must never break scheduling
-                pass
+            except Exception as exc:  # reporting must never break scheduling
+                log.warning("cluster write failed", action=fn.__name__, error=str(exc))
 
         self._binder.submit(call)
 

@@ -20,7 +20,7 @@ class StateData(Protocol):
 
 
 class CycleState:
-    __slots__ = ("_data", "bind_annotations", "skip_filter", "skip_score", "record_metrics")
+    __slots__ = ("_data", "bind_annotations", "record_metrics", "skip_filter", "skip_score")
 
     def __init__(self) -> None:
         self._data: dict[str, Any] = {}

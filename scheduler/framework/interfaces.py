@@ -206,9 +206,7 @@ class BatchScorePlugin(Protocol):
 
 @runtime_checkable
 class ScoreNormalizer(Protocol):
-    def normalize_score(
-        self, state: CycleState, pod: Pod, scores: IntArray
-    ) -> Status | None:
+    def normalize_score(self, state: CycleState, pod: Pod, scores: IntArray) -> Status | None:
         """Rewrite ``scores`` in place into [0, 100]."""
         ...
 
@@ -226,9 +224,7 @@ class ReservePlugin(Protocol):
 class PermitPlugin(Protocol):
     name: str
 
-    def permit(
-        self, state: CycleState, pod: Pod, node_name: str
-    ) -> tuple[Status | None, float]:
+    def permit(self, state: CycleState, pod: Pod, node_name: str) -> tuple[Status | None, float]:
         """(status, timeout seconds); a Wait status parks the pod until allowed or timed out."""
         ...
 

@@ -127,7 +127,7 @@ class Framework:
         self._instances: dict[str, Any] = {}
         self._build(plugins, registry)
 
-    # -- construction ---------------------------------------------------------------------------
+    # -- construction -----------------------------------------------------------------------------
 
     def _fail(self, message: str) -> FrameworkError:
         return FrameworkError(f"profile {self.name!r}: {message}")
@@ -175,7 +175,8 @@ class Framework:
             self._enabled[ep] = chosen
         if len(self._enabled["queue_sort"]) != 1:
             raise self._fail(
-                f"exactly one queueSort plugin must be enabled, got {len(self._enabled['queue_sort'])}"
+                "exactly one queueSort plugin must be enabled, "
+                f"got {len(self._enabled['queue_sort'])}"
             )
         if not self._enabled["bind"]:
             raise self._fail("at least one bind plugin must be enabled")
@@ -214,7 +215,7 @@ class Framework:
                     disabled=current.disabled,
                 )
 
-    # -- introspection --------------------------------------------------------------------------
+    # -- introspection ----------------------------------------------------------------------------
 
     def plugins_at(self, extension_point: str) -> list[str]:
         return [p.name for p in self._enabled[extension_point]]
@@ -255,7 +256,7 @@ class Framework:
             )
         return status
 
-    # -- scheduling cycle ---------------------------------------------------------------------------
+    # -- scheduling cycle -------------------------------------------------------------------------
 
     def run_pre_filter(self, state: CycleState, pod: Pod) -> Status | None:
         start = self._now()
@@ -267,9 +268,7 @@ class Framework:
             if status.code == Code.SKIP:
                 state.skip_filter.add(plugin.name)
                 continue
-            if status.code == Code.ERROR:
-                result = status
-            elif status.is_rejected:
+            if status.code == Code.ERROR or status.is_rejected:
                 result = status
             else:
                 result = Status(
@@ -345,7 +344,6 @@ class Framework:
         masks: list[tuple[Any, BoolArray]] = []
         per_node: list[Any] = []
         mask: BoolArray | None = None
-        errors: dict[str, Status] = {}
         for plugin, batch in zip(self._filters, self._batch_filter, strict=True):
             if plugin.name in state.skip_filter:
                 continue
@@ -355,9 +353,9 @@ class Framework:
             m = self._batch_call(state, plugin, snapshot, pod)
             if isinstance(m, Status):
                 # A whole-cluster plugin error fails every node, like per-node errors would.
-                errors = {info.name: m for info in snapshot.node_infos()}
+                failed = {info.name: m for info in snapshot.node_infos()}
                 self._observe("filter", m, t0)
-                return FilterOutcome(np.empty(0, dtype=np.int64), n, lambda: errors)
+                return FilterOutcome(np.empty(0, dtype=np.int64), n, failed.copy)
             masks.append((plugin, m))
             mask = m.copy() if mask is None else np.logical_and(mask, m, out=mask)
         ordered_ok = mask[order] if mask is not None else np.ones(n, dtype=bool)
@@ -488,8 +486,13 @@ class Framework:
                 return scores
             if normalizer is not None:
                 status = self._call(
-                    state, "score_extension_normalize", plugin, normalizer.normalize_score,
-                    state, pod, scores,
+                    state,
+                    "score_extension_normalize",
+                    plugin,
+                    normalizer.normalize_score,
+                    state,
+                    pod,
+                    scores,
                 )
                 if status is not None and not status.is_success:
                     self._observe("score", status, start)
@@ -498,9 +501,12 @@ class Framework:
                 bad = int(scores.max() if scores.max() > api.MAX_NODE_SCORE else scores.min())
                 status = Status(
                     Code.ERROR,
-                    (f"plugin {plugin.name} returned an invalid score {bad}, "
-                     f"it should be in the range of [{api.MIN_NODE_SCORE}, {api.MAX_NODE_SCORE}] "
-                     "after normalizing",),
+                    (
+                        f"plugin {plugin.name} returned an invalid score {bad}, "
+                        "it should be in the range of "
+                        f"[{api.MIN_NODE_SCORE}, {api.MAX_NODE_SCORE}] "
+                        "after normalizing",
+                    ),
                     plugin=plugin.name,
                 )
                 self._observe("score", status, start)
@@ -555,7 +561,7 @@ class Framework:
             self._call(state, "unreserve", plugin, plugin.unreserve, state, pod, node_name)
         self._observe("unreserve", None, start)
 
-    # -- binding cycle --------------------------------------------------------------------------------
+    # -- binding cycle ----------------------------------------------------------------------------
 
     def run_permit(
         self, state: CycleState, pod: Pod, node_name: str

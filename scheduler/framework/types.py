@@ -39,7 +39,7 @@ BoolArray = npt.NDArray[np.bool_]
 class NodeInfo:
     """One node and the pods placed on it (bound, binding or assumed)."""
 
-    __slots__ = ("node", "name", "slot", "pods", "requested", "generation")
+    __slots__ = ("generation", "name", "node", "pods", "requested", "slot")
 
     def __init__(self, name: str, slot: int) -> None:
         self.node: Node | None = None
@@ -317,4 +317,3 @@ def fit_error_message(num_all_nodes: int, diagnosis: Diagnosis) -> str:
     if diagnosis.post_filter_msg:
         msg += f" {diagnosis.post_filter_msg}."
     return msg
-

@@ -91,18 +91,14 @@ class InMemoryCluster:
         with self._lock:
             self.events.append(RecordedEvent(pod.key, event_type, reason, message))
 
-    def set_pod_scheduled_condition(
-        self, pod: Pod, status: str, reason: str, message: str
-    ) -> None:
+    def set_pod_scheduled_condition(self, pod: Pod, status: str, reason: str, message: str) -> None:
         with self._lock:
             current = self.pods.get(pod.key)
             if current is None:
                 return
             raw = copy.deepcopy(dict(current.raw))
             st = raw.setdefault("status", {})
-            conditions = [
-                c for c in st.get("conditions") or [] if c.get("type") != "PodScheduled"
-            ]
+            conditions = [c for c in st.get("conditions") or [] if c.get("type") != "PodScheduled"]
             conditions.append(
                 {"type": "PodScheduled", "status": status, "reason": reason, "message": message}
             )

@@ -57,7 +57,7 @@ def card_usage(result: SimulationResult) -> list[CardUsage]:
         node = cluster.nodes.get(name)
         model = node.labels.get(GPU_MODEL_LABEL, "") if node is not None else ""
         for d in device.devices:
-            if d.type != "gpu":
+            if d.type != "gpu" or d.minor is None:
                 continue
             cards[(name, d.minor)] = CardUsage(
                 node=name,
@@ -82,9 +82,10 @@ def card_usage(result: SimulationResult) -> list[CardUsage]:
                     break
             continue
         for alloc in allocations.get("gpu", []):
-            card = cards.get((pod.node_name, alloc.minor))
-            if card is None:
+            used = cards.get((pod.node_name, alloc.minor))
+            if used is None:
                 continue
+            card = used
             core = _int(alloc.resources.get(GPU_CORE))
             memory = _int(alloc.resources.get(GPU_MEMORY))
             if not memory and card.memory_total:

@@ -65,12 +65,13 @@ def parse_scenario(text: str, source: str = "<scenario>") -> Scenario:
         if not isinstance(obj, Mapping):
             raise ScenarioError(f"{where}: expected a Kubernetes object, got {_kind_of(obj)}")
         api_version, kind = obj.get("apiVersion"), obj.get("kind")
-        if (api_version, kind) not in _KINDS:
+        if (api_version, kind) not in _KINDS or not isinstance(kind, str):
             raise ScenarioError(
                 f"{where}: unsupported object apiVersion={api_version!r} kind={kind!r} "
                 f"(expected v1 Node, v1 Pod or {DEVICE_API_VERSION} Device)"
             )
-        meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+        raw_meta = obj.get("metadata")
+        meta: Mapping[str, Any] = raw_meta if isinstance(raw_meta, Mapping) else {}
         label = f"{where} ({kind} {meta.get('name', '?')!s})"
         try:
             if kind == "Node":

@@ -147,7 +147,9 @@ def _set(*names: str, weights: Mapping[str, int] | None = None) -> PluginSet:
 
 
 def _framework(
-    snapshot: Snapshot, log: list[str] | None = None, config: tuple[PluginConfig, ...] = (),
+    snapshot: Snapshot,
+    log: list[str] | None = None,
+    config: tuple[PluginConfig, ...] = (),
     **points: PluginSet,
 ) -> Framework:
     plugins = Plugins(queue_sort=_set("Sort"), bind=points.pop("bind", _set("Binder")), **points)
@@ -170,20 +172,36 @@ POD = decode_pod({"metadata": {"name": "p"}})
     ("points", "config", "message"),
     [
         pytest.param({"filter": _set("Nope")}, (), "unknown plugin 'Nope'", id="unknown-plugin"),
-        pytest.param({"reserve": _set("Crashy")}, (),
-                     "plugin Crashy does not implement the Reserve extension point",
-                     id="wrong-extension-point"),
-        pytest.param({"filter": _set("BadArgs")}, (),
-                     "plugin BadArgs: invalid args: foo: must be a string", id="bad-args"),
-        pytest.param({"filter": _set("BatchOdd", "BatchOdd")}, (),
-                     "plugin BatchOdd enabled twice at filter", id="duplicate"),
+        pytest.param(
+            {"reserve": _set("Crashy")},
+            (),
+            "plugin Crashy does not implement the Reserve extension point",
+            id="wrong-extension-point",
+        ),
+        pytest.param(
+            {"filter": _set("BadArgs")},
+            (),
+            "plugin BadArgs: invalid args: foo: must be a string",
+            id="bad-args",
+        ),
+        pytest.param(
+            {"filter": _set("BatchOdd", "BatchOdd")},
+            (),
+            "plugin BatchOdd enabled twice at filter",
+            id="duplicate",
+        ),
         pytest.param({"bind": PluginSet()}, (), "at least one bind plugin", id="no-binder"),
-        pytest.param({}, (PluginConfig("Ghost", {}),), "pluginConfig for unknown plugin 'Ghost'",
-                     id="config-for-unknown"),
+        pytest.param(
+            {},
+            (PluginConfig("Ghost", {}),),
+            "pluginConfig for unknown plugin 'Ghost'",
+            id="config-for-unknown",
+        ),
     ],
 )
-def test_build_errors(points: dict[str, PluginSet], config: tuple[PluginConfig, ...],
-                      message: str) -> None:
+def test_build_errors(
+    points: dict[str, PluginSet], config: tuple[PluginConfig, ...], message: str
+) -> None:
     with pytest.raises(FrameworkError) as err:
         _framework(_snapshot(1), config=config, **points)
     assert str(err.value).startswith("profile 'test': ")
@@ -245,8 +263,9 @@ def test_batch_and_per_node_filters_combine_and_diagnose() -> None:
         pytest.param(100, 3, [3, 5, 7, 1], 8, id="all"),
     ],
 )
-def test_sampling_rotates_and_stops(num_to_find: int, start: int, feasible: list[int],
-                                    processed: int) -> None:
+def test_sampling_rotates_and_stops(
+    num_to_find: int, start: int, feasible: list[int], processed: int
+) -> None:
     snap = _snapshot(8)
     fwk = _framework(snap, filter=_set("BatchOdd"))
     out = fwk.find_feasible(CycleState(), POD, snap, num_to_find, start)
@@ -319,8 +338,12 @@ def test_every_extension_point_is_timed() -> None:
     snap = _snapshot(2)
     plugins = Plugins(queue_sort=_set("Sort"), bind=_set("Binder"), filter=_set("Crashy"))
     timings = Timings()
-    fwk = Framework(Profile(scheduler_name="t", plugins=plugins), _registry(),
-                    Handle(snap, None, None), observer=timings)  # type: ignore[arg-type]
+    fwk = Framework(
+        Profile(scheduler_name="t", plugins=plugins),
+        _registry(),
+        Handle(snap, None, None),
+        observer=timings,
+    )  # type: ignore[arg-type]
     state = CycleState()
     state.record_metrics = True
     fwk.run_pre_filter(state, POD)

@@ -44,8 +44,7 @@ from scheduler.framework.types import Diagnosis, Snapshot, fit_error_message
         pytest.param(
             4,
             Diagnosis(pre_filter_msg="invalid resource device requests: [koordinator.sh/gpu-core]"),
-            "0/4 nodes are available: invalid resource device requests: "
-            "[koordinator.sh/gpu-core].",
+            "0/4 nodes are available: invalid resource device requests: [koordinator.sh/gpu-core].",
             id="prefilter-stands-alone",
         ),
         pytest.param(
@@ -99,8 +98,14 @@ def test_snapshot_slots_columns_and_reuse() -> None:
 
 def test_snapshot_node_update_replaces_allocatable() -> None:
     snap = Snapshot()
-    snap.set_node(decode_node({"metadata": {"name": "a"},
-                               "status": {"allocatable": {"cpu": "4", "example.com/foo": "2"}}}))
+    snap.set_node(
+        decode_node(
+            {
+                "metadata": {"name": "a"},
+                "status": {"allocatable": {"cpu": "4", "example.com/foo": "2"}},
+            }
+        )
+    )
     gen = snap.node_generation
     snap.set_node(decode_node(_node("a", "2")))
     assert snap.allocatable("cpu")[0] == 2000
