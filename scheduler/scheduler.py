@@ -22,7 +22,8 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -151,6 +152,8 @@ class Scheduler:
         self._inbox: stdqueue.SimpleQueue[Change | _BindOutcome] = stdqueue.SimpleQueue()
         self._binder = ThreadPoolExecutor(max(1, bind_workers), thread_name_prefix="bind")
         self._in_flight = 0
+        self._io_lock = threading.Lock()
+        self._pending_io: set[Future[None]] = set()
         self._next_start_index = 0
         self.placements: list[Placement] = []
         self.failures: dict[str, str] = {}
@@ -440,8 +443,12 @@ class Scheduler:
     def _report_failure(self, fwk: Framework, pod: Pod, message: str, error: bool) -> None:
         client = fwk.handle.client
         reason = "SchedulerError" if error else "Unschedulable"
-        self._io(client.record_event, pod, "Warning", "FailedScheduling", message)
-        self._io(client.set_pod_scheduled_condition, pod, "False", reason, message)
+
+        def report() -> None:
+            client.record_event(pod, "Warning", "FailedScheduling", message)
+            client.set_pod_scheduled_condition(pod, "False", reason, message)
+
+        self._io(report)
 
     def _io(self, fn: Callable[..., None], *args: Any) -> None:
         """Cluster writes that are not binds run on the worker pool, never on the hot path."""
@@ -452,7 +459,20 @@ class Scheduler:
             except Exception as exc:  # reporting must never break scheduling
                 log.warning("cluster write failed", action=fn.__name__, error=str(exc))
 
-        self._binder.submit(call)
+        future = self._binder.submit(call)
+        with self._io_lock:
+            self._pending_io.add(future)
+        future.add_done_callback(self._io_done)
+
+    def _io_done(self, future: Future[None]) -> None:
+        with self._io_lock:
+            self._pending_io.discard(future)
+
+    def wait_for_writes(self, timeout: float | None = None) -> None:
+        """Block until every event/condition write submitted so far has finished."""
+        with self._io_lock:
+            pending = list(self._pending_io)
+        futures_wait(pending, timeout=timeout)
 
 
 class _CycleError(Exception):
