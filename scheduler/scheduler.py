@@ -44,7 +44,7 @@ from scheduler.framework.events import Action, Change, ClusterEvent
 from scheduler.framework.interfaces import BindError, Clock, Handle, PluginFactory, QueuedPodInfo
 from scheduler.framework.runtime import Framework, FrameworkError, Observer
 from scheduler.framework.status import Code, Status
-from scheduler.framework.types import Diagnosis, FitError
+from scheduler.framework.types import Diagnosis, FitError, SlotNodes
 
 PLUGIN_METRICS_SAMPLE_PERCENT = 10
 
@@ -346,18 +346,17 @@ class Scheduler:
         if len(feasible) == 1:
             return snapshot.info(int(feasible[0])).name
 
-        infos = [snapshot.info(int(s)) for s in feasible]
-        status = fwk.run_pre_score(state, pod, infos)
+        status = fwk.run_pre_score(state, pod, SlotNodes(snapshot, feasible))
         if status is not None:
             raise _CycleError(status)
         if not fwk.has_score_plugins(state):
-            return infos[0].name
+            return snapshot.info(int(feasible[0])).name
         totals = fwk.run_score(state, pod, snapshot, feasible)
         if isinstance(totals, Status):
             raise _CycleError(totals)
         best = np.flatnonzero(totals == totals.max())
         pick = int(best[0]) if len(best) == 1 else int(best[self.rng.randrange(len(best))])
-        return infos[pick].name
+        return snapshot.info(int(feasible[pick])).name
 
     def _post_filter(
         self, fwk: Framework, state: CycleState, pod: Pod, diagnosis: Diagnosis

@@ -20,8 +20,9 @@ Invariants:
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import overload
 
 import numpy as np
 import numpy.typing as npt
@@ -264,6 +265,30 @@ class Snapshot:
             for r in list(cols):
                 cols[r] = grow(cols[r])  # type: ignore[assignment]
         self.capacity = capacity
+
+
+class SlotNodes(Sequence[NodeInfo]):
+    """The NodeInfos of some slots, looked up only when read (PreScore gets thousands)."""
+
+    __slots__ = ("_snapshot", "slots")
+
+    def __init__(self, snapshot: Snapshot, slots: IntArray) -> None:
+        self._snapshot = snapshot
+        self.slots = slots
+
+    def __len__(self) -> int:
+        return len(self.slots)
+
+    @overload
+    def __getitem__(self, i: int) -> NodeInfo: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[NodeInfo]: ...
+
+    def __getitem__(self, i: int | slice) -> NodeInfo | Sequence[NodeInfo]:
+        if isinstance(i, slice):
+            return SlotNodes(self._snapshot, self.slots[i])
+        return self._snapshot.info(int(self.slots[i]))
 
 
 # ---------------------------------------------------------------------------------------------
