@@ -32,6 +32,11 @@ PODS = "pods"
 DEFAULT_MILLI_CPU_REQUEST = 100
 DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
 
+_NON_ZERO_DEFAULTS = {
+    CPU: Fraction(DEFAULT_MILLI_CPU_REQUEST, 1000),
+    MEMORY: Fraction(DEFAULT_MEMORY_REQUEST),
+}
+
 NODE_SELECTOR_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
 TOLERATION_OPERATORS = frozenset({"Equal", "Exists"})
 TAINT_EFFECTS = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
@@ -113,6 +118,8 @@ class Pod:
     tolerations: tuple[Toleration, ...] = ()
     requests: Mapping[str, int] = field(default_factory=dict)
     requests_exact: Mapping[str, Fraction] = field(default_factory=dict)
+    non_zero_cpu: int = DEFAULT_MILLI_CPU_REQUEST
+    non_zero_memory: int = DEFAULT_MEMORY_REQUEST
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -128,13 +135,13 @@ class Pod:
         return bool(self.node_name)
 
     def non_zero_request(self, resource: str) -> int:
-        """The request used for scoring: kube-scheduler's defaults stand in for zero cpu/memory."""
-        value = self.requests.get(resource, 0)
-        if value == 0 and resource == CPU:
-            return DEFAULT_MILLI_CPU_REQUEST
-        if value == 0 and resource == MEMORY:
-            return DEFAULT_MEMORY_REQUEST
-        return value
+        """The request used for scoring: kube-scheduler's defaults stand in for each container's
+        missing cpu/memory request (``non_zero_cpu``/``non_zero_memory``)."""
+        if resource == CPU:
+            return self.non_zero_cpu
+        if resource == MEMORY:
+            return self.non_zero_memory
+        return self.requests.get(resource, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,20 +241,35 @@ def _max(into: dict[str, Fraction], other: Mapping[str, Fraction]) -> None:
             into[k] = v
 
 
-def pod_requests(spec: Mapping[str, Any], path: str = "spec") -> dict[str, Fraction]:
-    """kube's pod-level request: max(sum of app containers (+ sidecars), each init) + overhead."""
+def pod_requests(
+    spec: Mapping[str, Any],
+    path: str = "spec",
+    missing_defaults: Mapping[str, Fraction] | None = None,
+) -> dict[str, Fraction]:
+    """kube's pod-level request: max(sum of app containers (+ sidecars), each init) + overhead.
+
+    ``missing_defaults`` stand in for a container's *missing* requests (an explicit 0 stays 0),
+    as kube-scheduler's non-zero requests for scoring do.
+    """
+
+    def container_requests(res: Mapping[str, Any], where: str) -> dict[str, Fraction]:
+        reqs = _resource_list(res.get("requests"), where)
+        for name, value in (missing_defaults or {}).items():
+            reqs.setdefault(name, value)
+        return reqs
+
     reqs: dict[str, Fraction] = {}
     for i, c in enumerate(_list(spec.get("containers"), f"{path}.containers")):
         cpath = f"{path}.containers[{i}]"
         res = _mapping(_mapping(c, cpath).get("resources"), f"{cpath}.resources")
-        _add(reqs, _resource_list(res.get("requests"), f"{cpath}.resources.requests"))
+        _add(reqs, container_requests(res, f"{cpath}.resources.requests"))
     sidecars: dict[str, Fraction] = {}
     init_max: dict[str, Fraction] = {}
     for i, c in enumerate(_list(spec.get("initContainers"), f"{path}.initContainers")):
         cpath = f"{path}.initContainers[{i}]"
         cmap = _mapping(c, cpath)
         res = _mapping(cmap.get("resources"), f"{cpath}.resources")
-        creqs = _resource_list(res.get("requests"), f"{cpath}.resources.requests")
+        creqs = container_requests(res, f"{cpath}.resources.requests")
         if cmap.get("restartPolicy") == "Always":
             # Sidecar init containers run alongside the app containers.
             _add(reqs, creqs)
@@ -377,6 +399,7 @@ def decode_pod(obj: Mapping[str, Any]) -> Pod:
     spec = _mapping(obj.get("spec"), "spec")
     status = _mapping(obj.get("status"), "status")
     requests_exact = pod_requests(spec)
+    non_zero = pod_requests(spec, missing_defaults=_NON_ZERO_DEFAULTS)
     affinity = _mapping(spec.get("affinity"), "spec.affinity")
     return Pod(
         namespace=namespace,
@@ -400,6 +423,8 @@ def decode_pod(obj: Mapping[str, Any]) -> Pod:
         ),
         requests={k: _to_int(k, v) for k, v in requests_exact.items()},
         requests_exact=requests_exact,
+        non_zero_cpu=_to_int(CPU, non_zero.get(CPU, Fraction(0))),
+        non_zero_memory=_to_int(MEMORY, non_zero.get(MEMORY, Fraction(0))),
         raw=obj,
     )
 

@@ -13,8 +13,9 @@ Invariants:
   kube-scheduler keeps an "imaginary" node.
 - Only the cache mutates a snapshot, on the scheduling thread, between scheduling cycles; so a
   cycle sees one consistent state and the cost of a cycle does not grow with the pods placed.
-- ``node_generation`` changes whenever a node's object (labels, taints, allocatable, ...) or the
-  set of nodes changes, so plugins may cache per-node masks keyed by it.
+- ``node_generation`` changes whenever what plugins read of a node (labels, annotations, taints,
+  allocatable, unschedulable) or the set of nodes changes — not on status heartbeats — so
+  plugins may cache per-node masks keyed by it.
 """
 
 from __future__ import annotations
@@ -131,6 +132,8 @@ class Snapshot:
         info = self._ensure(node.name)
         old = info.node
         info.node = node
+        if old is not None and not _schedulable_fields_differ(old, node):
+            return info  # a status heartbeat: nothing a plugin reads has changed
         info.generation += 1
         slot = info.slot
         if old is not None:
@@ -265,6 +268,16 @@ class Snapshot:
             for r in list(cols):
                 cols[r] = grow(cols[r])  # type: ignore[assignment]
         self.capacity = capacity
+
+
+def _schedulable_fields_differ(a: Node, b: Node) -> bool:
+    return (
+        a.labels != b.labels
+        or a.taints != b.taints
+        or a.allocatable != b.allocatable
+        or a.unschedulable != b.unschedulable
+        or a.annotations != b.annotations
+    )
 
 
 class SlotNodes(Sequence[NodeInfo]):

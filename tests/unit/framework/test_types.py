@@ -119,3 +119,15 @@ def test_status_helpers() -> None:
     assert s.message == "a, b" and s.is_rejected
     assert s.with_plugin("X").plugin == "X"
     assert str(s.with_plugin("X")) == "Unschedulable: X: a, b"
+
+
+def test_status_heartbeat_does_not_bump_node_generation() -> None:
+    snap = Snapshot()
+    obj = _node("a")
+    snap.set_node(decode_node(obj))
+    gen = snap.node_generation
+    heartbeat = dict(obj, metadata={"name": "a", "resourceVersion": "99"})
+    snap.set_node(decode_node(heartbeat))
+    assert snap.node_generation == gen
+    snap.set_node(decode_node(dict(obj, metadata={"name": "a", "labels": {"x": "y"}})))
+    assert snap.node_generation == gen + 1

@@ -1,0 +1,391 @@
+"""NodeResourcesFit: does the node have room for the pod, and how full would it be?
+
+Role: kube-scheduler's NodeResourcesFit plugin (``pkg/scheduler/framework/plugins/noderesources``).
+- PreFilter computes the pod's request vector once into cycle state.
+- Filter rejects a node (Unschedulable) listing every failing reason in kube's order:
+  ``Too many pods`` when ``pods on node + 1 > allocatable pods``; then ``Insufficient <r>``
+  whenever ``pod request > allocatable - requested`` for cpu, memory, ephemeral-storage, then
+  each requested scalar resource (extended ``vendor/name``, ``hugepages-*``,
+  ``*kubernetes.io/*``, ``attachable-volumes-*``) in name order. Extended resources named in
+  ``ignoredResources`` or whose prefix is in ``ignoredResourceGroups`` are not checked.
+- Score (``scoringStrategy``: LeastAllocated, the default, or MostAllocated) per weighted
+  resource: cpu and memory use the non-zero requested amounts (pods without a request count
+  as 100m / 200Mi), other resources the plain requested amounts, plus the pod's request; a
+  scalar resource the pod does not request, and a resource the node has none of, is skipped.
+  LeastAllocated ``(alloc - req) * 100 // alloc`` (0 when over), MostAllocated
+  ``min(req, alloc) * 100 // alloc``; the node's score is ``Σ score·weight // Σ weight``.
+
+Invariants: integer arithmetic exactly as kube's; the per-node ``filter``/``score`` are the
+reference and ``filter_nodes``/``score_nodes`` (numpy over the snapshot's resource columns)
+agree with them on every live slot. The plugin keeps no state between cycles.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from apis.core import CPU, EPHEMERAL_STORAGE, MEMORY, PODS, Pod
+from scheduler.framework.cycle_state import CycleState
+from scheduler.framework.events import (
+    ASSIGNED_POD_DELETE,
+    ASSIGNED_POD_UPDATE,
+    NODE_ADD,
+    NODE_UPDATE,
+    ClusterEvent,
+)
+from scheduler.framework.interfaces import MAX_NODE_SCORE, PluginArgsError, PreFilterExtensions
+from scheduler.framework.status import Status, error, unschedulable
+from scheduler.framework.types import BoolArray, IntArray, NodeInfo, Snapshot
+
+__all__ = [
+    "LEAST_ALLOCATED",
+    "MOST_ALLOCATED",
+    "PRE_FILTER_STATE_KEY",
+    "PRE_SCORE_STATE_KEY",
+    "REASON_TOO_MANY_PODS",
+    "NodeResourcesFit",
+    "NodeResourcesFitArgs",
+    "is_extended_resource_name",
+    "is_scalar_resource_name",
+    "parse_args",
+]
+
+PRE_FILTER_STATE_KEY = "PreFilterNodeResourcesFit"
+PRE_SCORE_STATE_KEY = "PreScoreNodeResourcesFit"
+REASON_TOO_MANY_PODS = "Too many pods"
+LEAST_ALLOCATED = "LeastAllocated"
+MOST_ALLOCATED = "MostAllocated"
+REQUESTED_TO_CAPACITY_RATIO = "RequestedToCapacityRatio"
+
+_INT64_MAX = 2**63 - 1
+_NATIVE_FIRST = (CPU, MEMORY, EPHEMERAL_STORAGE)
+
+# ---------------------------------------------------------------------------------------------
+# Resource-name classes (k8s.io/kubernetes/pkg/apis/core/v1/helper)
+
+_NAME_RE = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_DNS1123_SUBDOMAIN_RE = re.compile(
+    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+)
+_DEFAULT_NAMESPACE_PREFIX = "kubernetes.io/"
+_REQUESTS_PREFIX = "requests."
+
+
+def _is_qualified_name(value: str) -> bool:
+    parts = value.split("/")
+    if len(parts) == 2:
+        prefix, name = parts
+        if not prefix or len(prefix) > 253 or not _DNS1123_SUBDOMAIN_RE.fullmatch(prefix):
+            return False
+    elif len(parts) == 1:
+        name = parts[0]
+    else:
+        return False
+    return 0 < len(name) <= 63 and _NAME_RE.fullmatch(name) is not None
+
+
+def is_extended_resource_name(name: str) -> bool:
+    """A ``vendor/name`` resource outside ``kubernetes.io``, valid as a quota name."""
+    if "/" not in name or _DEFAULT_NAMESPACE_PREFIX in name:
+        return False  # a native resource
+    if name.startswith(_REQUESTS_PREFIX):
+        return False
+    return _is_qualified_name(_REQUESTS_PREFIX + name)
+
+
+def is_scalar_resource_name(name: str) -> bool:
+    """Resources kube accounts as ``ScalarResources`` (everything but cpu/memory/storage/pods)."""
+    return (
+        is_extended_resource_name(name)
+        or name.startswith("hugepages-")
+        or _DEFAULT_NAMESPACE_PREFIX in name
+        or name.startswith("attachable-volumes-")
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Args
+
+
+@dataclass(frozen=True, slots=True)
+class NodeResourcesFitArgs:
+    ignored_resources: frozenset[str] = frozenset()
+    ignored_resource_groups: frozenset[str] = frozenset()
+    strategy: str = LEAST_ALLOCATED
+    resources: tuple[tuple[str, int], ...] = ((CPU, 1), (MEMORY, 1))
+
+
+_ARG_KEYS = frozenset({"ignoredResources", "ignoredResourceGroups", "scoringStrategy"})
+_STRATEGY_KEYS = frozenset({"type", "resources", "requestedToCapacityRatio"})
+_RESOURCE_KEYS = frozenset({"name", "weight"})
+
+
+def _fail(path: str, problem: str) -> PluginArgsError:
+    return PluginArgsError(f"NodeResourcesFit args: {path}: {problem}")
+
+
+def _check_keys(value: Any, path: str, allowed: frozenset[str]) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise _fail(path, f"expected a mapping, got {value!r}")
+    unknown = sorted(str(k) for k in value if k not in allowed)
+    if unknown:
+        raise _fail(path, f"unknown field(s) {', '.join(unknown)}")
+    return value
+
+
+def _string_list(value: Any, path: str) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list | tuple):
+        raise _fail(path, f"expected a list of strings, got {value!r}")
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            raise _fail(f"{path}[{i}]", f"expected a string, got {item!r}")
+    return list(value)
+
+
+def parse_args(args: Mapping[str, Any]) -> NodeResourcesFitArgs:
+    """kube's v1 NodeResourcesFitArgs: defaults (LeastAllocated, cpu 1, memory 1) and validation."""
+    unknown = sorted(str(k) for k in args if k not in _ARG_KEYS)
+    if unknown:
+        raise PluginArgsError(f"NodeResourcesFit args: unknown field(s) {', '.join(unknown)}")
+    ignored = _string_list(args.get("ignoredResources"), "ignoredResources")
+    for i, name in enumerate(ignored):
+        if not _is_qualified_name(name):
+            raise _fail(f"ignoredResources[{i}]", f"{name!r} is not a valid resource name")
+    groups = _string_list(args.get("ignoredResourceGroups"), "ignoredResourceGroups")
+    for i, group in enumerate(groups):
+        if "/" in group:
+            raise _fail(f"ignoredResourceGroups[{i}]", "resource group name can't contain '/'")
+        if not _is_qualified_name(group):
+            raise _fail(f"ignoredResourceGroups[{i}]", f"{group!r} is not a valid group name")
+    strategy = LEAST_ALLOCATED
+    resources: tuple[tuple[str, int], ...] = ((CPU, 1), (MEMORY, 1))
+    raw = args.get("scoringStrategy")
+    if raw is not None:
+        raw = _check_keys(raw, "scoringStrategy", _STRATEGY_KEYS)
+        kind = raw.get("type")
+        if kind == REQUESTED_TO_CAPACITY_RATIO:
+            raise _fail(
+                "scoringStrategy.type",
+                "RequestedToCapacityRatio is not supported (use LeastAllocated or MostAllocated)",
+            )
+        if kind not in (LEAST_ALLOCATED, MOST_ALLOCATED):
+            raise _fail(
+                "scoringStrategy.type",
+                f'unsupported value {kind!r}: supported values: "{LEAST_ALLOCATED}", '
+                f'"{MOST_ALLOCATED}"',
+            )
+        strategy = str(kind)
+        if raw.get("requestedToCapacityRatio") is not None:
+            raise _fail(
+                "scoringStrategy.requestedToCapacityRatio",
+                "RequestedToCapacityRatio is not supported",
+            )
+        specs = raw.get("resources")
+        if specs:
+            if not isinstance(specs, list | tuple):
+                raise _fail("scoringStrategy.resources", f"expected a list, got {specs!r}")
+            parsed: list[tuple[str, int]] = []
+            for i, spec in enumerate(specs):
+                path = f"scoringStrategy.resources[{i}]"
+                spec = _check_keys(spec, path, _RESOURCE_KEYS)
+                rname = spec.get("name")
+                if not isinstance(rname, str) or not rname:
+                    raise _fail(f"{path}.name", f"expected a non-empty string, got {rname!r}")
+                weight = spec.get("weight")
+                if weight is None:
+                    weight = 0
+                if isinstance(weight, bool) or not isinstance(weight, int):
+                    raise _fail(f"{path}.weight", f"expected an integer, got {weight!r}")
+                if weight == 0:
+                    weight = 1  # v1 defaulting
+                if not 0 < weight <= MAX_NODE_SCORE:
+                    raise _fail(
+                        f"{path}.weight",
+                        f"resource weight of {rname} not in valid range (0, 100], got {weight}",
+                    )
+                parsed.append((rname, weight))
+            resources = tuple(parsed)
+    return NodeResourcesFitArgs(
+        ignored_resources=frozenset(ignored),
+        ignored_resource_groups=frozenset(groups),
+        strategy=strategy,
+        resources=resources,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The plugin
+
+
+@dataclass(frozen=True, slots=True)
+class _PodFit:
+    """The pod's requests that Filter checks, in reason order (only non-zero ones)."""
+
+    checks: tuple[tuple[str, int], ...]
+
+
+def _least_requested(requested: int, capacity: int) -> int:
+    if capacity == 0 or requested > capacity:
+        return 0
+    return (capacity - requested) * MAX_NODE_SCORE // capacity
+
+
+def _most_requested(requested: int, capacity: int) -> int:
+    if capacity == 0:
+        return 0
+    return min(requested, capacity) * MAX_NODE_SCORE // capacity
+
+
+class NodeResourcesFit:
+    """PreFilter, Filter, PreScore and Score, with whole-cluster Filter and Score."""
+
+    name = "NodeResourcesFit"
+
+    def __init__(self, args: NodeResourcesFitArgs | None = None) -> None:
+        self.args = args if args is not None else NodeResourcesFitArgs()
+        self._least = self.args.strategy == LEAST_ALLOCATED
+
+    def events_to_register(self) -> Sequence[ClusterEvent]:
+        # kube: Pod Delete (| UpdatePodScaleDown), Node Add | UpdateNodeAllocatable (| ...).
+        return (ASSIGNED_POD_DELETE, ASSIGNED_POD_UPDATE, NODE_ADD, NODE_UPDATE)
+
+    # -- PreFilter / Filter --------------------------------------------------------------------
+
+    def compute_pod_fit(self, pod: Pod) -> _PodFit:
+        reqs = pod.requests
+        checks = [(r, reqs[r]) for r in _NATIVE_FIRST if reqs.get(r, 0) > 0]
+        for r in sorted(reqs):
+            amount = reqs[r]
+            if amount <= 0 or r in _NATIVE_FIRST or not is_scalar_resource_name(r):
+                continue
+            if is_extended_resource_name(r) and self._ignored(r):
+                continue
+            checks.append((r, amount))
+        return _PodFit(tuple(checks))
+
+    def _ignored(self, resource: str) -> bool:
+        if resource in self.args.ignored_resources:
+            return True
+        groups = self.args.ignored_resource_groups
+        return bool(groups) and resource.split("/", 1)[0] in groups
+
+    def pre_filter(self, state: CycleState, pod: Pod) -> Status | None:
+        state.write(PRE_FILTER_STATE_KEY, self.compute_pod_fit(pod))
+        return None
+
+    def pre_filter_extensions(self) -> PreFilterExtensions | None:
+        return None
+
+    @staticmethod
+    def _pod_fit(state: CycleState) -> _PodFit:
+        fit: _PodFit | None = state.get(PRE_FILTER_STATE_KEY)
+        if fit is None:
+            raise KeyError(f"{PRE_FILTER_STATE_KEY!r} not found in cycle state")
+        return fit
+
+    def filter(self, state: CycleState, pod: Pod, node: NodeInfo) -> Status | None:
+        try:
+            fit = self._pod_fit(state)
+        except KeyError as exc:
+            return error(exc)
+        n = node.node
+        if n is None:
+            return None
+        allocatable = n.allocatable
+        requested = node.requested
+        reasons: list[str] = []
+        if len(node.pods) + 1 > allocatable.get(PODS, 0):
+            reasons.append(REASON_TOO_MANY_PODS)
+        for r, amount in fit.checks:
+            if amount > allocatable.get(r, 0) - requested.get(r, 0):
+                reasons.append(f"Insufficient {r}")
+        return unschedulable(*reasons) if reasons else None
+
+    def filter_nodes(self, state: CycleState, pod: Pod, snapshot: Snapshot) -> BoolArray:
+        fit = self._pod_fit(state)
+        size = snapshot.size
+        mask: BoolArray = snapshot.pod_count[:size] < snapshot.allocatable(PODS)
+        for r, amount in fit.checks:
+            free = snapshot.allocatable(r) - snapshot.requested(r)
+            mask &= free >= min(amount, _INT64_MAX)
+        return mask
+
+    # -- PreScore / Score ----------------------------------------------------------------------
+
+    def _score_requests(self, pod: Pod) -> tuple[int, ...]:
+        return tuple(
+            pod.non_zero_request(r) if r in (CPU, MEMORY) else pod.requests.get(r, 0)
+            for r, _ in self.args.resources
+        )
+
+    def pre_score(self, state: CycleState, pod: Pod, nodes: Sequence[NodeInfo]) -> Status | None:
+        state.write(PRE_SCORE_STATE_KEY, self._score_requests(pod))
+        return None
+
+    def _pod_score_requests(self, state: CycleState, pod: Pod) -> tuple[int, ...]:
+        stored: tuple[int, ...] | None = state.get(PRE_SCORE_STATE_KEY)
+        # PreScore disabled: compute here, as kube does.
+        return stored if stored is not None else self._score_requests(pod)
+
+    def score(self, state: CycleState, pod: Pod, node: NodeInfo) -> int:
+        n = node.node
+        if n is None:
+            return 0
+        pod_requests = self._pod_score_requests(state, pod)
+        scorer = _least_requested if self._least else _most_requested
+        node_score = weight_sum = 0
+        for (r, weight), pod_request in zip(self.args.resources, pod_requests, strict=True):
+            if pod_request == 0 and is_scalar_resource_name(r):
+                continue  # a scalar resource the pod does not request is not scored
+            allocatable = n.allocatable.get(r, 0)
+            if r in (CPU, MEMORY):
+                requested = sum(p.non_zero_request(r) for p in node.pods.values())
+            elif r == EPHEMERAL_STORAGE or is_scalar_resource_name(r):
+                requested = node.requested.get(r, 0)
+            else:
+                continue  # kube does not score other resources
+            if allocatable == 0:
+                continue
+            node_score += scorer(requested + pod_request, allocatable) * weight
+            weight_sum += weight
+        return node_score // weight_sum if weight_sum else 0
+
+    def score_nodes(
+        self, state: CycleState, pod: Pod, snapshot: Snapshot, slots: IntArray
+    ) -> IntArray:
+        pod_requests = self._pod_score_requests(state, pod)
+        size = snapshot.size
+        node_score = np.zeros(len(slots), dtype=np.int64)
+        weight_sum = np.zeros(len(slots), dtype=np.int64)
+        for (r, weight), pod_request in zip(self.args.resources, pod_requests, strict=True):
+            if pod_request == 0 and is_scalar_resource_name(r):
+                continue
+            if r == CPU:
+                used = snapshot.non_zero_cpu[:size]
+            elif r == MEMORY:
+                used = snapshot.non_zero_memory[:size]
+            elif r == EPHEMERAL_STORAGE or is_scalar_resource_name(r):
+                used = snapshot.requested(r)
+            else:
+                continue
+            allocatable = snapshot.allocatable(r)[slots]
+            requested = used[slots] + pod_request
+            present = allocatable != 0
+            capacity = np.where(present, allocatable, 1)
+            if self._least:
+                scores = np.where(
+                    requested > allocatable, 0, (capacity - requested) * MAX_NODE_SCORE // capacity
+                )
+            else:
+                scores = np.minimum(requested, capacity) * MAX_NODE_SCORE // capacity
+            node_score += np.where(present, scores * weight, 0)
+            weight_sum += present * weight
+        result: IntArray = node_score // np.maximum(weight_sum, 1)
+        return result

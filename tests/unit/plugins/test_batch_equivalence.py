@@ -1,0 +1,225 @@
+"""Whole-cluster forms equal the per-node reference on random clusters (hypothesis).
+
+For every plugin with ``filter_nodes`` the mask agrees with ``filter(...) is None`` on every
+live slot, and for every plugin with ``score_nodes`` the raw (unnormalized) scores equal
+``score(...)``. Clusters have at most 40 nodes, dead slots (deleted nodes, pods on unknown
+nodes), and are mutated between two rounds so cached masks must follow ``node_generation``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from apis.core import Pod
+from scheduler.framework.cycle_state import CycleState
+from scheduler.framework.interfaces import BatchFilterPlugin, BatchScorePlugin
+from scheduler.framework.status import Code
+from scheduler.framework.types import Snapshot
+from scheduler.plugins.nodeaffinity import NodeAffinity
+from scheduler.plugins.nodeaffinity import parse_args as affinity_args
+from scheduler.plugins.nodename import NodeName
+from scheduler.plugins.noderesources import NodeResourcesFit
+from scheduler.plugins.noderesources import parse_args as fit_args
+from scheduler.plugins.nodeunschedulable import NodeUnschedulable
+from scheduler.plugins.tainttoleration import TaintToleration
+from tests.builders import NodeBuilder, PodBuilder, make_node, make_pod
+
+KEYS = ["zone", "gpu", "tier", "kernel", "node.kubernetes.io/unschedulable"]
+VALUES = ["a", "b", "c", "1", "7", "42", "-3", ""]
+EFFECTS = ["NoSchedule", "PreferNoSchedule", "NoExecute"]
+RESOURCES = [
+    "cpu",
+    "memory",
+    "ephemeral-storage",
+    "koordinator.sh/gpu-core",
+    "example.com/aaa",
+    "hugepages-2Mi",
+]
+OPERATORS = ["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+
+names = st.sampled_from([f"n{i}" for i in range(40)])
+keys = st.sampled_from(KEYS)
+values = st.sampled_from(VALUES)
+amounts = st.integers(min_value=0, max_value=12)
+
+
+@st.composite
+def nodes(draw: st.DrawFn, name: str) -> NodeBuilder:
+    node = make_node(name)
+    for r in RESOURCES:
+        if draw(st.booleans()):
+            node.resource(r, draw(amounts) * 4)
+    node.pods(draw(st.sampled_from([None, 0, 1, 2, 3, 110])))
+    for k, v in draw(st.dictionaries(keys, values, max_size=3)).items():
+        node.label(k, v)
+    for k, v, e in draw(st.lists(st.tuples(keys, values, st.sampled_from(EFFECTS)), max_size=3)):
+        node.taint(k, v, e)
+    return node.unschedulable(draw(st.booleans()))
+
+
+def _requests(draw: st.DrawFn) -> dict[str, int]:
+    return {r: draw(amounts) for r in draw(st.lists(st.sampled_from(RESOURCES), max_size=4))}
+
+
+@st.composite
+def assigned_pods(draw: st.DrawFn, index: int) -> PodBuilder:
+    return make_pod(f"e{index}").req(_requests(draw)).node(draw(names))
+
+
+@st.composite
+def requirements(draw: st.DrawFn) -> tuple[str, str, list[str]]:
+    op = draw(st.sampled_from(OPERATORS))
+    if op in ("Exists", "DoesNotExist"):
+        vals: list[str] = []
+    elif op in ("Gt", "Lt"):
+        vals = [draw(st.sampled_from(["0", "5", "-3", "007"]))]
+    else:
+        vals = draw(st.lists(values, min_size=1, max_size=3))
+    return draw(keys), op, vals
+
+
+@st.composite
+def field_requirements(draw: st.DrawFn) -> tuple[str, str, list[str]]:
+    return (
+        "metadata.name",
+        draw(st.sampled_from(["In", "NotIn"])),
+        draw(st.lists(names, min_size=1, max_size=2)),
+    )
+
+
+@st.composite
+def terms(draw: st.DrawFn) -> tuple[list[Any], list[Any]]:
+    return (
+        draw(st.lists(requirements(), max_size=3)),
+        draw(st.lists(field_requirements(), max_size=1)),
+    )
+
+
+@st.composite
+def pending_pods(draw: st.DrawFn) -> Pod:
+    pod = make_pod("pending").req(_requests(draw))
+    if draw(st.booleans()):
+        pod.node_selector(draw(st.dictionaries(keys, values, max_size=2)))
+    for exprs, fields in draw(st.lists(terms(), max_size=2)):
+        pod.required_term(exprs, fields)
+    for exprs, fields in draw(st.lists(terms(), max_size=3)):
+        pod.preferred_term(draw(st.integers(1, 100)), exprs, fields)
+    for _ in range(draw(st.integers(0, 3))):
+        op = draw(st.sampled_from(["Equal", "Exists"]))
+        pod.toleration(
+            draw(st.sampled_from(["", *KEYS])),
+            draw(values) if op == "Equal" else "",
+            draw(st.sampled_from(["", *EFFECTS])),
+            op,
+        )
+    if draw(st.integers(0, 4)) == 0:
+        pod.node(draw(names))
+    return pod.build()
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> tuple[Snapshot, list[NodeBuilder]]:
+    count = draw(st.integers(min_value=0, max_value=40))
+    snapshot = Snapshot(capacity=4)  # grows while the cluster is built
+    builders = [draw(nodes(f"n{i}")) for i in range(count)]
+    for b in builders:
+        snapshot.set_node(b.build())
+    for i in range(draw(st.integers(0, 60))):
+        pod = draw(assigned_pods(i)).build()
+        snapshot.add_pod(pod.node_name, pod)
+    for name in draw(st.lists(names, max_size=3)):
+        snapshot.remove_node(name)
+    return snapshot, builders
+
+
+def _plugins(draw: Callable[[st.SearchStrategy[Any]], Any]) -> list[Any]:
+    added: dict[str, Any] = {}
+    if draw(st.booleans()):
+        exprs, fields = draw(terms())
+        term: dict[str, Any] = {}
+        if exprs:
+            term["matchExpressions"] = [
+                {"key": k, "operator": o, **({"values": v} if v else {})}
+                for k, o, v in exprs
+                if not any(x.startswith("-") for x in v)  # "-3" is not a valid label value
+            ]
+        if fields:
+            term["matchFields"] = [{"key": k, "operator": o, "values": v[:1]} for k, o, v in fields]
+        added = {
+            "addedAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]},
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 7,
+                        "preference": {
+                            "matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]
+                        },
+                    }
+                ],
+            }
+        }
+    fit = {
+        "ignoredResourceGroups": draw(st.sampled_from([[], ["example.com"]])),
+        "scoringStrategy": {
+            "type": draw(st.sampled_from(["LeastAllocated", "MostAllocated"])),
+            "resources": [
+                {"name": r, "weight": draw(st.integers(1, 100))}
+                for r in draw(
+                    st.lists(
+                        st.sampled_from([*RESOURCES, "pods"]), min_size=1, max_size=4, unique=True
+                    )
+                )
+            ],
+        },
+    }
+    return [
+        NodeUnschedulable(),
+        NodeName(),
+        TaintToleration(),
+        NodeAffinity(affinity_args(added)),
+        NodeResourcesFit(fit_args(fit)),
+    ]
+
+
+def _check(plugins: list[Any], pod: Pod, snapshot: Snapshot) -> None:
+    infos = list(snapshot.node_infos())
+    slots = snapshot.live_slots()
+    for plugin in plugins:
+        state = CycleState()
+        pre = plugin.pre_filter(state, pod) if hasattr(plugin, "pre_filter") else None
+        if isinstance(plugin, BatchFilterPlugin) and (pre is None or pre.code != Code.SKIP):
+            mask = plugin.filter_nodes(state, pod, snapshot)
+            assert mask.shape == (snapshot.size,)
+            for info in infos:
+                status = plugin.filter(state, pod, info)
+                assert bool(mask[info.slot]) is (status is None), (plugin.name, info.name, status)
+        if isinstance(plugin, BatchScorePlugin):
+            pre_score = (
+                plugin.pre_score(state, pod, infos) if hasattr(plugin, "pre_score") else None
+            )
+            if pre_score is not None:
+                continue  # Skip (no preferred terms) or a broken pod: Score is not run
+            batch = plugin.score_nodes(state, pod, snapshot, slots)
+            assert batch.tolist() == [plugin.score(state, pod, i) for i in infos], plugin.name
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_batch_forms_equal_per_node_forms(data: st.DataObject) -> None:
+    snapshot, _ = data.draw(clusters())
+    plugins = _plugins(data.draw)
+    for _ in range(2):
+        pod = data.draw(pending_pods())
+        _check(plugins, pod, snapshot)
+        _check(plugins, pod, snapshot)  # the second call is served from the caches
+    # Mutate nodes and pods; cached masks must follow.
+    for name in data.draw(st.lists(names, max_size=4)):
+        snapshot.set_node(data.draw(nodes(name)).build())
+    for i in range(data.draw(st.integers(0, 5))):
+        pod = data.draw(assigned_pods(100 + i)).build()
+        snapshot.add_pod(pod.node_name, pod)
+    _check(plugins, data.draw(pending_pods()), snapshot)
