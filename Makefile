@@ -36,6 +36,10 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+## proto: regenerate the runtime-hook gRPC modules from runtimehooks/api/api.proto
+proto: $(STAMP)
+	$(BIN)/python -m runtimehooks.api.generate
+
 ## kube-apiserver: build (or reuse from the cache) kube-apiserver v1.20.2 and etcd
 kube-apiserver:
 	bash hack/kube-apiserver.sh

@@ -1,0 +1,29 @@
+"""The node agent's runtime hooks and the default wiring of them.
+
+Role: ``new_default_registry`` is what ``koordlet run`` registers: the GPU hook at
+PreCreateContainer.  Each hook lives in its own module and depends only on
+``runtimehooks.context`` and ``apis`` (never on protobuf or grpc).
+
+Invariants: importing this package registers nothing; every call builds a fresh registry.
+"""
+
+from __future__ import annotations
+
+from runtimehooks.hooks.gpu import HOOK_NAME as GPU_HOOK_NAME
+from runtimehooks.hooks.gpu import GPUHook, GPUHookOptions
+from runtimehooks.registry import FailurePolicy, HookObserver, HookRegistry, Stage
+
+__all__ = ["new_default_registry"]
+
+
+def new_default_registry(
+    gpu: GPUHookOptions | None = None,
+    observer: HookObserver | None = None,
+    gpu_policy: FailurePolicy = FailurePolicy.FAIL,
+) -> HookRegistry:
+    """A registry with the default hooks: the GPU hook at PreCreateContainer."""
+    registry = HookRegistry(observer=observer)
+    registry.register_container_hook(
+        Stage.PRE_CREATE_CONTAINER, GPU_HOOK_NAME, GPUHook(gpu), gpu_policy
+    )
+    return registry
