@@ -20,6 +20,7 @@ from scheduler.config import PluginRef, Plugins, PluginSet
 from scheduler.framework.interfaces import Handle, PluginArgsError, PluginFactory
 from scheduler.plugins import nodeaffinity, noderesources
 from scheduler.plugins.defaultbinder import DefaultBinder
+from scheduler.plugins.deviceshare import DeviceShare, new_deviceshare
 from scheduler.plugins.nodeaffinity import NodeAffinity
 from scheduler.plugins.nodename import NodeName
 from scheduler.plugins.noderesources import NodeResourcesFit
@@ -79,10 +80,7 @@ def in_tree_registry() -> dict[str, PluginFactory]:
         NodeAffinity.name: _new_node_affinity,
         NodeResourcesFit.name: _new_node_resources_fit,
         DefaultBinder.name: _new_default_binder,
-        # ---- DeviceShare ------------------------------------------------------------------
-        # Register the DeviceShare plugin here (its own issue), e.g.
-        #   DeviceShare.name: deviceshare.new,
-        # and add it to default_plugins() below at every extension point it implements.
+        DeviceShare.name: new_deviceshare,
     }
     return registry
 
@@ -93,24 +91,29 @@ def _set(*names: str | tuple[str, int]) -> PluginSet:
 
 
 def default_plugins() -> Plugins:
-    """kube-scheduler's default enabled plugins (of those implemented here), in kube order."""
+    """kube-scheduler's default enabled plugins (of those implemented here), in kube order,
+    and DeviceShare after them at every extension point it implements."""
     return Plugins(
         queue_sort=_set(PrioritySort.name),
-        pre_filter=_set(NodeAffinity.name, NodeResourcesFit.name),
+        pre_filter=_set(NodeAffinity.name, NodeResourcesFit.name, DeviceShare.name),
         filter=_set(
             NodeUnschedulable.name,
             NodeName.name,
             TaintToleration.name,
             NodeAffinity.name,
             NodeResourcesFit.name,
+            DeviceShare.name,
         ),
-        pre_score=_set(TaintToleration.name, NodeAffinity.name, NodeResourcesFit.name),
+        pre_score=_set(
+            TaintToleration.name, NodeAffinity.name, NodeResourcesFit.name, DeviceShare.name
+        ),
         score=_set(
             (TaintToleration.name, 3),
             (NodeAffinity.name, 2),
             (NodeResourcesFit.name, 1),
+            (DeviceShare.name, 1),
         ),
+        reserve=_set(DeviceShare.name),
+        pre_bind=_set(DeviceShare.name),
         bind=_set(DefaultBinder.name),
-        # ---- DeviceShare: enable it here (after the kube plugins at each extension point it
-        # implements) when it is registered in in_tree_registry().
     )

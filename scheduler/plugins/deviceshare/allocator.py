@@ -1,0 +1,248 @@
+"""The device allocator: which cards of a node a pod gets, or why it gets none.
+
+Role: Koordinator's ``AutopilotAllocator`` (``device_allocator.go``, ``allocator_gpu.go``,
+``devicehandler_*.go``) for one node (``allocate``, the reference semantics used by the
+per-node Filter and by Reserve), and its whole-cluster feasibility (``feasible_rows``, used by
+the batch Filter for requests without hints or joint rules).
+
+Per requested device type (gpu, rdma, fpga in that order):
+
+1. a node without cards of the type: UnschedulableAndUnresolvable ``Insufficient <type>
+   devices`` (Koordinator's device handler; a node without a Device CR has no cards);
+2. candidates: existing, healthy cards (matching the hint's ``selector``) whose free amounts
+   cover what the pod would take from them — the per-card request with, for a GPU, memory
+   completed from the ratio (``floor(ratio * card memory / 100)``) or the ratio from memory
+   (truncated). Checking the completed amounts too means no card is ever over-committed;
+3. fewer candidates than devices needed: Unschedulable ``Insufficient <type> devices``;
+4. the choice: a GPU ``requiredTopologyScope`` must hold (else ``Insufficient Topology Scoped
+   GPU Devices``); several whole GPUs go by topology (``topology.choose_whole``); otherwise by
+   the scoring strategy's card score (binpack or spread), ties to the lowest minor.
+
+Joint allocation (``device-joint-allocate``): the primary type first, then each secondary
+type preferring cards on the primary's PCIe switches (at least one per switch with
+``SamePCIe``), and with ``SamePCIe`` the switch sets must be equal, else Unschedulable
+``node(s) Device Joint-Allocate rules violation``.
+
+Invariants: ``allocate`` is deterministic and never mutates anything; ``feasible_rows`` is True
+for a row exactly when ``allocate`` succeeds on that node for ``request.vectorizable``
+requests, and whenever it succeeds for the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+import numpy as np
+
+from apis.hints import SCOPE_NODE
+from apis.resources import DEVICE_GPU, memory_from_ratio, ratio_from_memory
+from scheduler.framework.status import Status, unresolvable, unschedulable
+from scheduler.framework.types import BoolArray
+from scheduler.plugins.deviceshare.ledger import NodeDeviceLedger
+from scheduler.plugins.deviceshare.request import (
+    GPU_CORE_INDEX,
+    GPU_MEMORY_INDEX,
+    GPU_RATIO_INDEX,
+    RESOURCES_BY_TYPE,
+    CardUse,
+    DeviceRequest,
+    TypeRequest,
+)
+from scheduler.plugins.deviceshare.scoring import Scorer
+from scheduler.plugins.deviceshare.topology import (
+    CardView,
+    NodeView,
+    choose_scoped,
+    choose_whole,
+)
+
+__all__ = [
+    "ERR_JOINT_VIOLATION",
+    "ERR_TOPOLOGY_SCOPED",
+    "allocate",
+    "card_amounts",
+    "feasible_rows",
+    "insufficient",
+]
+
+ERR_TOPOLOGY_SCOPED: Final = "Insufficient Topology Scoped GPU Devices"
+ERR_JOINT_VIOLATION: Final = "node(s) Device Joint-Allocate rules violation"
+
+
+def insufficient(device_type: str) -> str:
+    return f"Insufficient {device_type} devices"
+
+
+def card_amounts(treq: TypeRequest, card: CardView) -> tuple[int, ...] | None:
+    """What the pod takes from ``card`` (completed), or None when the card cannot give it."""
+    if not card.healthy:
+        return None
+    per, free = treq.per_device, card.free
+    if treq.device_type != DEVICE_GPU:
+        return per if per[0] <= free[0] else None
+    core = per[GPU_CORE_INDEX] if treq.requested[GPU_CORE_INDEX] else 0
+    card_memory = card.total[GPU_MEMORY_INDEX]
+    if treq.requested[GPU_RATIO_INDEX]:
+        ratio = per[GPU_RATIO_INDEX]
+        memory = memory_from_ratio(ratio, card_memory)
+    else:
+        memory = per[GPU_MEMORY_INDEX]
+        if card_memory <= 0:
+            return None
+        ratio = ratio_from_memory(memory, card_memory)
+    if core > free[GPU_CORE_INDEX] or ratio > free[GPU_RATIO_INDEX]:
+        return None
+    if memory > free[GPU_MEMORY_INDEX]:
+        return None
+    return (core, ratio, memory)
+
+
+def _use(treq: TypeRequest, card: CardView, amounts: tuple[int, ...]) -> CardUse:
+    names = RESOURCES_BY_TYPE[treq.device_type]
+    resources = {
+        name: amount
+        for i, (name, amount) in enumerate(zip(names, amounts, strict=True))
+        if not (treq.device_type == DEVICE_GPU and i == GPU_CORE_INDEX)
+        or treq.requested[GPU_CORE_INDEX]
+    }
+    return CardUse.of(treq.device_type, card.minor, resources)
+
+
+def _pcie(card: CardView) -> str | None:
+    topo = card.topology
+    return topo.pcie_id if topo is not None else None
+
+
+def _allocate_type(
+    view: NodeView,
+    request: DeviceRequest,
+    treq: TypeRequest,
+    scorer: Scorer,
+    preferred: frozenset[str] = frozenset(),
+    minimum: int = 0,
+) -> list[CardUse] | Status:
+    t = treq.device_type
+    cards = [c for c in view.cards.get(t, ()) if c.exists]
+    hint = request.hints.get(t)
+    if hint is not None and hint.selector is not None:
+        cards = [c for c in cards if hint.matches(c.labels)]
+    count = treq.count if treq.count > 0 else len(cards)
+    if count == 0:
+        return unresolvable(insufficient(t))
+    count = max(count, minimum)
+    amounts: dict[int, tuple[int, ...]] = {}
+    cands: list[CardView] = []
+    for c in cards:
+        a = card_amounts(treq, c)
+        if a is not None:
+            amounts[c.minor] = a
+            cands.append(c)
+    scope = hint.required_topology_scope if hint is not None and t == DEVICE_GPU else ""
+    scoped = scope not in ("", SCOPE_NODE)
+    if len(cands) < count:
+        return unschedulable(ERR_TOPOLOGY_SCOPED if scoped else insufficient(t))
+    scores = {c.minor: scorer.card_score(t, c, amounts[c.minor]) for c in cands}
+
+    def order(c: CardView) -> tuple[bool, int, int]:
+        return (_pcie(c) not in preferred, -scores[c.minor], c.minor)
+
+    all_cards = view.cards.get(t, ())
+    whole = t == DEVICE_GPU and not treq.shared
+    chosen: list[CardView] | None
+    if scoped:
+        chosen = choose_scoped(cands, all_cards, count, scope, whole, order)
+        if chosen is None:
+            return unschedulable(ERR_TOPOLOGY_SCOPED)
+    elif whole and count > 1 and not preferred:
+        chosen = choose_whole(cands, all_cards, count) or sorted(cands, key=order)[:count]
+    else:
+        chosen = sorted(cands, key=order)[:count]
+    return [_use(treq, c, amounts[c.minor]) for c in chosen]
+
+
+def _pcies(view: NodeView, uses: Sequence[CardUse]) -> frozenset[str]:
+    out: set[str] = set()
+    for use in uses:
+        for card in view.cards.get(use.device_type, ()):
+            if card.minor == use.minor and card.topology is not None:
+                out.add(card.topology.pcie_id)
+    return frozenset(out)
+
+
+def allocate(view: NodeView, request: DeviceRequest, scorer: Scorer) -> list[CardUse] | Status:
+    """The pod's cards on ``view``'s node, or the Status saying why there are none."""
+    for treq in request.types:
+        if not any(c.exists for c in view.cards.get(treq.device_type, ())):
+            return unresolvable(insufficient(treq.device_type))
+    uses: list[CardUse] = []
+    done: set[str] = set()
+    if len(request.joint_types) >= 2:
+        primary = request.type_request(request.joint_types[0])
+        assert primary is not None
+        got = _allocate_type(view, request, primary, scorer)
+        if isinstance(got, Status):
+            return got
+        uses.extend(got)
+        done.add(primary.device_type)
+        pcies = _pcies(view, got)
+        for t in request.joint_types[1:]:
+            secondary = request.type_request(t)
+            assert secondary is not None
+            minimum = len(pcies) if request.joint_same_pcie else 0
+            got = _allocate_type(view, request, secondary, scorer, pcies, minimum)
+            if isinstance(got, Status):
+                return got
+            if request.joint_same_pcie and _pcies(view, got) != pcies:
+                return unschedulable(ERR_JOINT_VIOLATION)
+            uses.extend(got)
+            done.add(t)
+    for treq in request.types:
+        if treq.device_type in done:
+            continue
+        got = _allocate_type(view, request, treq, scorer)
+        if isinstance(got, Status):
+            return got
+        uses.extend(got)
+    return uses
+
+
+def feasible_rows(ledger: NodeDeviceLedger, request: DeviceRequest) -> BoolArray:
+    """For every ledger row, whether each requested type has ``count`` (at least one) cards
+    that fit the per-card request, plus a trailing False (for nodes without a row).
+
+    For ``request.vectorizable`` requests that is exactly "``allocate`` succeeds"; for the
+    others (selector, scope, joint, allocate strategies) it is a necessary condition.
+    """
+    n = ledger.n_rows
+    out = np.zeros(n + 1, bool)
+    if n == 0:
+        return out
+    ok_rows = np.ones(n, bool)
+    for treq in request.types:
+        tbl = ledger.table(treq.device_type)
+        free = tbl.free
+        ok = tbl.healthy[:n].copy()
+        per = treq.per_device
+        if treq.device_type == DEVICE_GPU:
+            if treq.requested[GPU_CORE_INDEX]:
+                ok &= free[GPU_CORE_INDEX, :n] >= per[GPU_CORE_INDEX]
+            card_memory = tbl.total[GPU_MEMORY_INDEX, :n]
+            if treq.requested[GPU_RATIO_INDEX]:
+                ratio = per[GPU_RATIO_INDEX]
+                ok &= free[GPU_RATIO_INDEX, :n] >= ratio
+                ok &= free[GPU_MEMORY_INDEX, :n] >= ratio * card_memory // 100
+            else:
+                memory = per[GPU_MEMORY_INDEX]
+                ok &= card_memory > 0
+                ok &= free[GPU_MEMORY_INDEX, :n] >= memory
+                need = memory * 100 // np.maximum(card_memory, 1)
+                ok &= free[GPU_RATIO_INDEX, :n] >= need
+        else:
+            ok &= free[0, :n] >= per[0]
+        if treq.count <= 1:
+            ok_rows &= ok.any(axis=1)
+        else:
+            ok_rows &= ok.sum(axis=1) >= treq.count
+    out[:n] = ok_rows
+    return out

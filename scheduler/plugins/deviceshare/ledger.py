@@ -1,0 +1,498 @@
+"""``NodeDeviceLedger``: every node's devices, what each card has, and who holds what.
+
+Role: DeviceShare's node device cache (Koordinator's ``nodeDeviceCache``,
+``device_cache.go``), kept as numpy matrices so Filter and Score can look at every card of
+the cluster in one pass. Per device type (gpu, rdma, fpga) and per tracked resource
+(``request.RESOURCES_BY_TYPE``) there are ``rows x cards`` int64 matrices ``total``, ``used``
+and ``free``, boolean ``exists``/``healthy`` masks, and per-row sums of ``total`` and of the
+allocated part ``total - free``. A node gets a row the first time it has a Device CR or a
+holding; rows and card columns grow by doubling and are updated in place, per change.
+
+Fed by (all on the scheduling thread): Device add/update/delete, Pod changes (the
+``scheduling.koordinator.sh/device-allocated`` annotation of assigned pods of any scheduler),
+and the plugin's Reserve/Unreserve.
+
+Invariants:
+
+- A holding is keyed by pod uid: a pod holds exactly what its latest known allocation says,
+  so the informer event that follows our own bind (same allocation) changes nothing, and a
+  terminal (Succeeded/Failed) or deleted pod releases everything it held.
+- ``used`` of a card is the sum of the holdings' amounts on it; ``free = max(total - used, 0)``;
+  ``total`` is the Device CR's amount for a healthy card and 0 otherwise (an unhealthy card
+  keeps its users). A card that is in no Device CR but still held is kept as an unusable
+  column (``exists`` False, total 0), so a deleted and re-created Device CR cannot cause a
+  double allocation.
+- GPUs listed in the Device annotation ``node.koordinator.sh/devices-checkpoints`` (matched by
+  card id) count as fully used (a per-node checkpoint holding of the card's declared amounts).
+- A malformed annotation on a bound pod is logged and counted in ``annotation_errors``; it
+  never raises. A reservation of ours is kept until the pod shows a valid allocation.
+- ``replay(devices, pods, reservations)`` (a rebuild from scratch) gives the same
+  ``snapshot_state()`` as the incremental ledger that saw those objects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import structlog
+
+from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, AllocationDecodeError
+from apis.checkpoint import CheckpointError
+from apis.core import Pod
+from apis.device import Device
+from apis.resources import DEVICE_TYPES
+from scheduler.framework.events import Change
+from scheduler.plugins.deviceshare.request import (
+    ANNOTATION,
+    CHECKPOINT,
+    RESERVED,
+    RESOURCE_INDEX,
+    RESOURCES_BY_TYPE,
+    CardUse,
+    Holding,
+    checkpoint_uses,
+    uses_from_annotation,
+)
+from scheduler.plugins.deviceshare.topology import CardMeta, CardView, NodeView
+
+__all__ = ["NodeDeviceLedger"]
+
+log = structlog.get_logger(__name__)
+
+I64 = npt.NDArray[np.int64]
+B = npt.NDArray[np.bool_]
+
+
+class _Table:
+    """The matrices of one device type."""
+
+    def __init__(self, n_res: int, rows: int, cards: int) -> None:
+        self.n_res = n_res
+        self.total: I64 = np.zeros((n_res, rows, cards), np.int64)
+        self.used: I64 = np.zeros((n_res, rows, cards), np.int64)
+        self.free: I64 = np.zeros((n_res, rows, cards), np.int64)
+        self.exists: B = np.zeros((rows, cards), bool)
+        self.healthy: B = np.zeros((rows, cards), bool)
+        self.sum_total: I64 = np.zeros((n_res, rows), np.int64)
+        self.sum_alloc: I64 = np.zeros((n_res, rows), np.int64)
+
+    @property
+    def cards(self) -> int:
+        return int(self.exists.shape[1])
+
+    def grow(self, rows: int, cards: int) -> None:
+        for name in ("total", "used", "free", "exists", "healthy", "sum_total", "sum_alloc"):
+            old = getattr(self, name)
+            shape = {3: (self.n_res, rows, cards), 2: (rows, cards)}[old.ndim]
+            if name.startswith("sum_"):
+                shape = (self.n_res, rows)
+            new = np.zeros(shape, old.dtype)
+            new[tuple(slice(0, n) for n in old.shape)] = old
+            setattr(self, name, new)
+
+    def refresh(self, row: int, cols: Iterable[int]) -> None:
+        for col in cols:
+            np.maximum(
+                self.total[:, row, col] - self.used[:, row, col], 0, out=self.free[:, row, col]
+            )
+        self.sum_total[:, row] = self.total[:, row, :].sum(axis=1)
+        self.sum_alloc[:, row] = self.sum_total[:, row] - self.free[:, row, :].sum(axis=1)
+
+
+@dataclass(slots=True)
+class _RowType:
+    """Per row and type: the card of each column (None = held but not in the CR)."""
+
+    cols: list[CardMeta | None] = field(default_factory=list)
+    minors: list[int] = field(default_factory=list)
+    col_of: dict[int, int] = field(default_factory=dict)
+
+
+class NodeDeviceLedger:
+    """The cluster's device inventory and allocations (see the module docstring)."""
+
+    def __init__(self, rows: int = 64, cards: int = 8) -> None:
+        self._rows_cap = max(1, rows)
+        self._tables = {
+            t: _Table(len(RESOURCES_BY_TYPE[t]), self._rows_cap, max(1, cards))
+            for t in DEVICE_TYPES
+        }
+        self._row_of: dict[str, int] = {}
+        self._names: list[str] = []
+        self._meta: list[dict[str, _RowType]] = []
+        self._devices: dict[str, Device] = {}
+        self._holdings: dict[str, Holding] = {}
+        self._checkpoints: dict[str, Holding] = {}
+        self._by_node: dict[str, set[str]] = {}
+        self.annotation_errors = 0
+        self.node_set_generation = 0
+
+    # -- reading ----------------------------------------------------------------------------
+
+    @property
+    def n_rows(self) -> int:
+        return len(self._names)
+
+    def row_of(self, node: str) -> int | None:
+        return self._row_of.get(node)
+
+    def table(self, device_type: str) -> _Table:
+        return self._tables[device_type]
+
+    def has_device(self, node: str) -> bool:
+        return node in self._devices
+
+    def holding(self, uid: str) -> Holding | None:
+        return self._holdings.get(uid)
+
+    def holdings_on(self, node: str) -> list[Holding]:
+        return [self._holdings[u] for u in sorted(self._by_node.get(node, ()))]
+
+    def card_meta(self, node: str, device_type: str, minor: int) -> CardMeta | None:
+        row = self._row_of.get(node)
+        if row is None:
+            return None
+        rt = self._meta[row][device_type]
+        col = rt.col_of.get(minor)
+        return None if col is None else rt.cols[col]
+
+    def node_view(
+        self, node: str, device_types: Iterable[str], removed: Iterable[Holding] = ()
+    ) -> NodeView:
+        """The node's cards of ``device_types``; ``removed`` holdings count as released."""
+        row = self._row_of.get(node)
+        minus: dict[tuple[str, int], list[int]] = {}
+        for h in removed:
+            if h.node != node:
+                continue
+            for use in h.uses:
+                _accumulate(minus, use, 1)
+        cards: dict[str, tuple[CardView, ...]] = {}
+        for t in device_types:
+            if row is None:
+                cards[t] = ()
+                continue
+            rt = self._meta[row][t]
+            tbl = self._tables[t]
+            n = len(rt.cols)
+            total = tbl.total[:, row, :n].T.tolist()
+            used = tbl.used[:, row, :n].T.tolist()
+            healthy = tbl.healthy[row, :n].tolist()
+            views = []
+            for col in range(n):
+                sub = minus.get((t, rt.minors[col]))
+                u = tuple(used[col]) if sub is None else tuple(
+                    x - y for x, y in zip(used[col], sub, strict=True)
+                )
+                tot = tuple(total[col])
+                views.append(
+                    CardView(
+                        minor=rt.minors[col],
+                        exists=rt.cols[col] is not None,
+                        healthy=bool(healthy[col]),
+                        total=tot,
+                        used=u,
+                        free=tuple(max(a - b, 0) for a, b in zip(tot, u, strict=True)),
+                        meta=rt.cols[col],
+                    )
+                )
+            views.sort(key=lambda v: v.minor)
+            cards[t] = tuple(views)
+        return NodeView(node, node in self._devices, cards)
+
+    # -- changes ----------------------------------------------------------------------------
+
+    def apply_change(self, change: Change) -> None:
+        """The event handler: Device and Pod changes (other kinds are ignored)."""
+        if change.kind == "Device":
+            if change.new is None:
+                if change.old is not None:
+                    self.delete_device(change.old.name)
+            else:
+                if change.old is not None and change.old.name != change.new.name:
+                    self.delete_device(change.old.name)
+                self.set_device(change.new)
+        elif change.kind == "Pod":
+            self.observe_pod(change.old, change.new)
+
+    def set_device(self, device: Device) -> None:
+        self._devices[device.name] = device
+        checkpoint = self._checkpoint_holding(device)
+        if checkpoint is None:
+            self._checkpoints.pop(device.name, None)
+        else:
+            self._checkpoints[device.name] = checkpoint
+        self._rebuild_row(device.name)
+
+    def delete_device(self, node: str) -> None:
+        if self._devices.pop(node, None) is None:
+            return
+        self._checkpoints.pop(node, None)
+        self._rebuild_row(node)
+
+    def observe_pod(self, old: Pod | None, new: Pod | None) -> None:
+        """Apply a pod change: assigned pods hold what their annotation says."""
+        if new is None:
+            if old is not None:
+                self._release(old.uid)
+            return
+        if old is not None and old.uid != new.uid:
+            self._release(old.uid)
+        if new.terminal:
+            self._release(new.uid)
+            return
+        if not new.assigned:
+            return
+        raw = new.annotations.get(ANNOTATION_DEVICE_ALLOCATED)
+        if raw is None:
+            self._release(new.uid)
+            return
+        current = self._holdings.get(new.uid)
+        if current is not None and current.node == new.node_name and current.annotation == raw:
+            # Our own bind (or a repeated update): the same text is the same allocation.
+            if current.source != ANNOTATION:
+                self._holdings[new.uid] = dataclasses.replace(current, source=ANNOTATION)
+            return
+        try:
+            uses = uses_from_annotation(raw)
+        except AllocationDecodeError as err:
+            self.annotation_errors += 1
+            log.warning(
+                "malformed device allocation on a bound pod",
+                pod=new.key, uid=new.uid, node=new.node_name, error=err.message,
+            )
+            if current is None or current.source != RESERVED or current.node != new.node_name:
+                self._release(new.uid)
+            return
+        if not uses:
+            self._release(new.uid)
+            return
+        self._set_holding(Holding(new.uid, new.node_name, uses, ANNOTATION, raw))
+
+    def reserve(
+        self, uid: str, node: str, uses: Sequence[CardUse], annotation: str = ""
+    ) -> Holding:
+        """Record our own allocation (Reserve); returns the holding to pass to ``unreserve``.
+
+        ``annotation`` is the text PreBind will write, so the bind event is recognised
+        without decoding it."""
+        holding = Holding(uid, node, tuple(uses), RESERVED, annotation)
+        self._set_holding(holding)
+        return holding
+
+    def unreserve(self, holding: Holding) -> None:
+        """Undo ``reserve`` unless the pod's own allocation has replaced it since."""
+        if self._holdings.get(holding.uid) is holding:
+            self._release(holding.uid)
+
+    def release_reservation(self, uid: str) -> None:
+        """Drop ``uid``'s holding if it is still only a reservation of ours."""
+        current = self._holdings.get(uid)
+        if current is not None and current.source == RESERVED:
+            self._release(uid)
+
+    # -- rebuild and comparison ----------------------------------------------------------------
+
+    @classmethod
+    def replay(
+        cls,
+        devices: Iterable[Device],
+        pods: Iterable[Pod],
+        reservations: Iterable[Holding] = (),
+    ) -> NodeDeviceLedger:
+        """A ledger rebuilt from scratch from the current objects and open reservations."""
+        ledger = cls()
+        for device in devices:
+            ledger.set_device(device)
+        for pod in pods:
+            ledger.observe_pod(None, pod)
+        for h in reservations:
+            ledger.reserve(h.uid, h.node, h.uses, h.annotation)
+        return ledger
+
+    def snapshot_state(self) -> dict[str, Any]:
+        """A canonical, layout-independent picture of the matrices and the holdings."""
+        nodes: dict[str, Any] = {}
+        for name, row in sorted(self._row_of.items()):
+            per_type: dict[str, Any] = {}
+            for t in DEVICE_TYPES:
+                rt = self._meta[row][t]
+                tbl = self._tables[t]
+                cards = {}
+                for col, minor in enumerate(rt.minors):
+                    used = tuple(int(x) for x in tbl.used[:, row, col])
+                    if rt.cols[col] is None and not any(used):
+                        continue
+                    cards[minor] = {
+                        "meta": rt.cols[col],
+                        "exists": bool(tbl.exists[row, col]),
+                        "healthy": bool(tbl.healthy[row, col]),
+                        "total": tuple(int(x) for x in tbl.total[:, row, col]),
+                        "used": used,
+                        "free": tuple(int(x) for x in tbl.free[:, row, col]),
+                    }
+                if cards:
+                    per_type[t] = dict(sorted(cards.items()))
+            sums = {
+                t: (
+                    tuple(int(x) for x in self._tables[t].sum_total[:, row]),
+                    tuple(int(x) for x in self._tables[t].sum_alloc[:, row]),
+                )
+                for t in DEVICE_TYPES
+            }
+            if per_type or name in self._devices:
+                nodes[name] = {"device": name in self._devices, "cards": per_type, "sums": sums}
+        holders = {uid: h.state() for uid, h in sorted(self._holdings.items())}
+        checkpoints = {n: h.state() for n, h in sorted(self._checkpoints.items())}
+        return {"nodes": nodes, "holders": holders, "checkpoints": checkpoints}
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _node_holdings(self, node: str) -> list[Holding]:
+        out = [self._holdings[u] for u in self._by_node.get(node, ())]
+        checkpoint = self._checkpoints.get(node)
+        if checkpoint is not None:
+            out.append(checkpoint)
+        return out
+
+    def _checkpoint_holding(self, device: Device) -> Holding | None:
+        try:
+            uses = checkpoint_uses(device)
+        except CheckpointError as err:
+            self.annotation_errors += 1
+            log.warning("malformed devices-checkpoints annotation", node=device.name,
+                        error=err.message)
+            return None
+        if not uses:
+            return None
+        return Holding(f"checkpoint:{device.name}", device.name, uses, CHECKPOINT)
+
+    def _ensure_row(self, node: str) -> int:
+        row = self._row_of.get(node)
+        if row is not None:
+            return row
+        row = len(self._names)
+        if row >= self._rows_cap:
+            self._rows_cap *= 2
+            for tbl in self._tables.values():
+                tbl.grow(self._rows_cap, tbl.cards)
+        self._row_of[node] = row
+        self._names.append(node)
+        self._meta.append({t: _RowType() for t in DEVICE_TYPES})
+        self.node_set_generation += 1
+        return row
+
+    def _ensure_cards(self, tbl: _Table, n: int) -> None:
+        if n > tbl.cards:
+            cap = tbl.cards
+            while cap < n:
+                cap *= 2
+            tbl.grow(self._rows_cap, cap)
+
+    def _rebuild_row(self, node: str) -> None:
+        """Lay out the node's row again from its Device CR and its holdings."""
+        row = self._ensure_row(node)
+        device = self._devices.get(node)
+        usage: dict[tuple[str, int], list[int]] = {}
+        for h in self._node_holdings(node):
+            for use in h.uses:
+                _accumulate(usage, use, 1)
+        for t in DEVICE_TYPES:
+            names = RESOURCES_BY_TYPE[t]
+            metas: dict[int, CardMeta] = {}
+            for d in device.devices_of_type(t) if device is not None else ():
+                if d.minor is None or d.minor in metas:
+                    continue
+                metas[d.minor] = CardMeta(
+                    minor=d.minor,
+                    id=d.id,
+                    healthy=d.health,
+                    declared=tuple(d.resource_value(n) for n in names),
+                    labels=d.labels,
+                    topology=d.topology,
+                )
+            minors = sorted(set(metas) | {m for (tt, m) in usage if tt == t})
+            tbl = self._tables[t]
+            self._ensure_cards(tbl, len(minors))
+            rt = _RowType()
+            tbl.total[:, row, :] = 0
+            tbl.used[:, row, :] = 0
+            tbl.exists[row, :] = False
+            tbl.healthy[row, :] = False
+            for col, minor in enumerate(minors):
+                meta = metas.get(minor)
+                rt.cols.append(meta)
+                rt.minors.append(minor)
+                rt.col_of[minor] = col
+                if meta is not None:
+                    tbl.exists[row, col] = True
+                    tbl.healthy[row, col] = meta.healthy
+                    if meta.healthy:
+                        tbl.total[:, row, col] = meta.declared
+                used = usage.get((t, minor))
+                if used is not None:
+                    tbl.used[:, row, col] = used
+            self._meta[row][t] = rt
+            tbl.refresh(row, range(tbl.cards))
+
+    def _set_holding(self, holding: Holding) -> None:
+        current = self._holdings.get(holding.uid)
+        if current is not None and current.same_allocation(holding):
+            self._holdings[holding.uid] = holding
+            return
+        if current is not None:
+            self._release(holding.uid)
+        self._holdings[holding.uid] = holding
+        self._by_node.setdefault(holding.node, set()).add(holding.uid)
+        self._apply_uses(holding.node, holding.uses, 1)
+
+    def _release(self, uid: str) -> None:
+        holding = self._holdings.pop(uid, None)
+        if holding is None:
+            return
+        uids = self._by_node.get(holding.node)
+        if uids is not None:
+            uids.discard(uid)
+            if not uids:
+                del self._by_node[holding.node]
+        self._apply_uses(holding.node, holding.uses, -1)
+
+    def _apply_uses(self, node: str, uses: Sequence[CardUse], sign: int) -> None:
+        row = self._ensure_row(node)
+        touched: dict[str, set[int]] = {}
+        for use in uses:
+            index = RESOURCE_INDEX.get(use.device_type)
+            if index is None:
+                continue
+            tbl = self._tables[use.device_type]
+            rt = self._meta[row][use.device_type]
+            col = rt.col_of.get(use.minor)
+            if col is None:
+                col = len(rt.minors)
+                self._ensure_cards(tbl, col + 1)
+                rt.cols.append(None)
+                rt.minors.append(use.minor)
+                rt.col_of[use.minor] = col
+            for name, amount in use.resources:
+                ri = index.get(name)
+                if ri is not None:
+                    tbl.used[ri, row, col] += sign * amount
+            touched.setdefault(use.device_type, set()).add(col)
+        for t, cols in touched.items():
+            self._tables[t].refresh(row, cols)
+
+
+def _accumulate(into: dict[tuple[str, int], list[int]], use: CardUse, sign: int) -> None:
+    index = RESOURCE_INDEX.get(use.device_type)
+    if index is None:
+        return
+    acc = into.setdefault((use.device_type, use.minor), [0] * len(index))
+    for name, amount in use.resources:
+        ri = index.get(name)
+        if ri is not None:
+            acc[ri] += sign * amount

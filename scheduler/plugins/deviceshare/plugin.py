@@ -1,0 +1,310 @@
+"""DeviceShare: the extension points of fine-grained GPU, RDMA and FPGA allocation.
+
+Role: Koordinator's DeviceShare plugin (``pkg/scheduler/plugins/deviceshare/plugin.go``,
+``scoring.go``) as thin extension points over ``request`` (parse), ``allocator`` (fit and
+allocate), ``scoring`` and the shared ``NodeDeviceLedger``:
+
+- PreFilter parses the pod's device request into the cycle-state entry; no device request is
+  Skip (Filter does not run; PreScore Skips too, so Score does not run; Reserve and PreBind
+  do nothing), an invalid one UnschedulableAndUnresolvable with Koordinator's message.
+- AddPod/RemovePod (preemption dry runs) release or restore a victim's devices in a per-cycle
+  overlay of the entry; the ledger is untouched.
+- Filter / ``filter_nodes``: the allocator on one node / its whole-cluster feasibility (numpy
+  over the ledger; for hinted or joint requests only the nodes that pass that numpy pass are
+  then tried one by one, and overlay nodes always are).
+- Score / ``score_nodes``: the node score of ``scoring.Scorer``.
+- Reserve allocates on the chosen node, records it in the ledger under the pod's uid and keeps
+  the allocation and its annotation in the entry; Unreserve releases it.
+- PreBind puts the ``device-allocated`` annotation (with each card's id) into
+  ``state.bind_annotations``, so allocation and binding are one API write.
+
+Invariants: the entry's request is frozen and only read after PreFilter; the ledger changes
+only through events and Reserve/Unreserve; both Filter forms and both Score forms agree on
+every node; the binding cycle (another thread) only reads the entry's precomputed annotation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, DeviceAllocation, encode_allocations
+from apis.core import Pod
+from scheduler.framework.cycle_state import CycleState
+from scheduler.framework.events import (
+    ASSIGNED_POD_DELETE,
+    ASSIGNED_POD_UPDATE,
+    DEVICE_ADD,
+    DEVICE_DELETE,
+    DEVICE_UPDATE,
+    NODE_ADD,
+    ClusterEvent,
+)
+from scheduler.framework.interfaces import Handle, PreFilterExtensions
+from scheduler.framework.status import SKIP, Status, error, unresolvable
+from scheduler.framework.types import BoolArray, IntArray, NodeInfo, Snapshot
+from scheduler.plugins.deviceshare.allocator import allocate, feasible_rows
+from scheduler.plugins.deviceshare.args import DeviceShareArgs
+from scheduler.plugins.deviceshare.ledger import NodeDeviceLedger
+from scheduler.plugins.deviceshare.request import (
+    CardUse,
+    DeviceRequest,
+    Holding,
+    RequestError,
+    parse_request,
+)
+from scheduler.plugins.deviceshare.scoring import Scorer
+
+__all__ = ["LEDGER_KEY", "NAME", "STATE_KEY", "DeviceShare", "DeviceShareState"]
+
+NAME = "DeviceShare"
+STATE_KEY = NAME
+LEDGER_KEY = "deviceshare/ledger"
+
+
+@dataclass(slots=True)
+class DeviceShareState:
+    """The cycle-state entry: the frozen request, the preemption overlay, the allocation."""
+
+    request: DeviceRequest | None
+    removed: dict[str, dict[str, Holding]] = field(default_factory=dict)
+    holding: Holding | None = None
+    annotation: str = ""
+
+    def clone(self) -> DeviceShareState:
+        return DeviceShareState(
+            self.request,
+            {node: dict(h) for node, h in self.removed.items()},
+            self.holding,
+            self.annotation,
+        )
+
+    def removed_on(self, node: str) -> Sequence[Holding]:
+        return tuple(self.removed.get(node, {}).values())
+
+
+class _Extensions:
+    """AddPod/RemovePod: a victim's devices are free for this cycle only."""
+
+    def __init__(self, plugin: DeviceShare) -> None:
+        self._plugin = plugin
+
+    def add_pod(
+        self, state: CycleState, pod: Pod, pod_to_add: Pod, node: NodeInfo
+    ) -> Status | None:
+        entry = self._plugin.entry(state)
+        if entry is None or entry.request is None:
+            return None
+        removed = entry.removed.get(node.name)
+        if removed is not None:
+            removed.pop(pod_to_add.uid, None)
+            if not removed:
+                del entry.removed[node.name]
+        return None
+
+    def remove_pod(
+        self, state: CycleState, pod: Pod, pod_to_remove: Pod, node: NodeInfo
+    ) -> Status | None:
+        entry = self._plugin.entry(state)
+        if entry is None or entry.request is None:
+            return None
+        holding = self._plugin.ledger.holding(pod_to_remove.uid)
+        if holding is not None and holding.node == node.name:
+            entry.removed.setdefault(node.name, {})[holding.uid] = holding
+        return None
+
+
+class DeviceShare:
+    """PreFilter (+extensions), Filter, PreScore, Score, Reserve and PreBind."""
+
+    name = NAME
+
+    def __init__(self, ledger: NodeDeviceLedger, args: DeviceShareArgs | None = None) -> None:
+        self.ledger = ledger
+        self.args = args if args is not None else DeviceShareArgs()
+        self.scorer = Scorer(self.args)
+        self._extensions = _Extensions(self)
+        self._rows_key: tuple[int, int, int, int] | None = None
+        self._rows: IntArray = np.zeros(0, np.int64)
+
+    @classmethod
+    def with_handle(cls, handle: Handle, args: DeviceShareArgs | None = None) -> DeviceShare:
+        """The plugin over the scheduler's one shared ledger (its event handler registered
+        once, when the first profile creates it)."""
+
+        def make() -> NodeDeviceLedger:
+            ledger = NodeDeviceLedger()
+            handle.add_event_handler(ledger.apply_change)
+            return ledger
+
+        return cls(handle.shared_state(LEDGER_KEY, make), args)
+
+    def events_to_register(self) -> Sequence[ClusterEvent]:
+        return (DEVICE_ADD, DEVICE_UPDATE, DEVICE_DELETE, ASSIGNED_POD_DELETE,
+                ASSIGNED_POD_UPDATE, NODE_ADD)
+
+    # -- state ------------------------------------------------------------------------------
+
+    @staticmethod
+    def entry(state: CycleState) -> DeviceShareState | None:
+        value = state.get(STATE_KEY)
+        return value if isinstance(value, DeviceShareState) else None
+
+    def _entry(self, state: CycleState) -> DeviceShareState:
+        value = self.entry(state)
+        if value is None:
+            raise KeyError(f"{STATE_KEY!r} not found in cycle state")
+        return value
+
+    # -- PreFilter ----------------------------------------------------------------------------
+
+    def pre_filter(self, state: CycleState, pod: Pod) -> Status | None:
+        try:
+            request = parse_request(pod)
+        except RequestError as err:
+            return unresolvable(err.message)
+        state.write(STATE_KEY, DeviceShareState(request))
+        return SKIP if request is None else None
+
+    def pre_filter_extensions(self) -> PreFilterExtensions | None:
+        return self._extensions
+
+    # -- Filter -------------------------------------------------------------------------------
+
+    def _evaluate(self, entry: DeviceShareState, request: DeviceRequest, node: str
+                  ) -> list[CardUse] | Status:
+        view = self.ledger.node_view(node, request.device_types, entry.removed_on(node))
+        return allocate(view, request, self.scorer)
+
+    def filter(self, state: CycleState, pod: Pod, node: NodeInfo) -> Status | None:
+        try:
+            entry = self._entry(state)
+        except KeyError as exc:
+            return error(exc)
+        if entry.request is None:
+            return None
+        result = self._evaluate(entry, entry.request, node.name)
+        return result if isinstance(result, Status) else None
+
+    def _slot_rows(self, snapshot: Snapshot) -> IntArray:
+        """Ledger row of every snapshot slot (``n_rows`` where a node has none), cached."""
+        key = (id(snapshot), snapshot.node_generation, snapshot.size,
+               self.ledger.node_set_generation)
+        if key != self._rows_key:
+            n = self.ledger.n_rows
+            rows = np.full(snapshot.size, n, np.int64)
+            for slot in range(snapshot.size):
+                info = snapshot.infos[slot]
+                if info is not None:
+                    row = self.ledger.row_of(info.name)
+                    if row is not None:
+                        rows[slot] = row
+            self._rows, self._rows_key = rows, key
+        return self._rows
+
+    def filter_nodes(self, state: CycleState, pod: Pod, snapshot: Snapshot) -> BoolArray:
+        entry = self._entry(state)
+        request = entry.request
+        size = snapshot.size
+        if request is None:
+            return np.ones(size, bool)
+        # Exact for plain requests; for hinted or joint ones a necessary condition (a selector
+        # or a scope only removes choices), refined node by node below.
+        mask: BoolArray = feasible_rows(self.ledger, request)[self._slot_rows(snapshot)]
+        if not request.vectorizable:
+            for candidate in np.flatnonzero(mask).tolist():
+                info = snapshot.infos[candidate]
+                ok = info is not None and not isinstance(
+                    self._evaluate(entry, request, info.name), Status
+                )
+                mask[candidate] = ok
+        for name in entry.removed:
+            slot = snapshot.index.get(name)
+            if slot is not None and slot < size:
+                mask[slot] = not isinstance(self._evaluate(entry, request, name), Status)
+        return mask
+
+    # -- Score --------------------------------------------------------------------------------
+
+    def pre_score(self, state: CycleState, pod: Pod, nodes: Sequence[NodeInfo]) -> Status | None:
+        try:
+            entry = self._entry(state)
+        except KeyError as exc:
+            return error(exc)
+        return SKIP if entry.request is None else None
+
+    def _node_score(self, entry: DeviceShareState, request: DeviceRequest, node: str) -> int:
+        view = self.ledger.node_view(node, request.device_types, entry.removed_on(node))
+        return self.scorer.node_score(view.cards, request)
+
+    def score(self, state: CycleState, pod: Pod, node: NodeInfo) -> int:
+        entry = self._entry(state)
+        if entry.request is None:
+            return 0
+        return self._node_score(entry, entry.request, node.name)
+
+    def score_nodes(
+        self, state: CycleState, pod: Pod, snapshot: Snapshot, slots: IntArray
+    ) -> IntArray:
+        entry = self._entry(state)
+        request = entry.request
+        if request is None:
+            return np.zeros(len(slots), np.int64)
+        rows = self._slot_rows(snapshot)[slots]
+        scores: IntArray = self.scorer.score_rows(self.ledger, request)[rows]
+        if entry.removed:
+            for i, slot in enumerate(slots.tolist()):
+                info = snapshot.infos[slot]
+                if info is not None and info.name in entry.removed:
+                    scores[i] = self._node_score(entry, request, info.name)
+        return scores
+
+    # -- Reserve / PreBind ------------------------------------------------------------------------
+
+    def reserve(self, state: CycleState, pod: Pod, node_name: str) -> Status | None:
+        try:
+            entry = self._entry(state)
+        except KeyError as exc:
+            return error(exc)
+        if entry.request is None:
+            return None
+        view = self.ledger.node_view(node_name, entry.request.device_types)
+        result = allocate(view, entry.request, self.scorer)
+        if isinstance(result, Status):
+            return result
+        entry.annotation = self._annotation(node_name, result)
+        entry.holding = self.ledger.reserve(pod.uid, node_name, result, entry.annotation)
+        return None
+
+    def unreserve(self, state: CycleState, pod: Pod, node_name: str) -> None:
+        entry = self.entry(state)
+        if entry is None:
+            # No cycle state (an assumed pod expired): drop what we reserved for it, if any.
+            self.ledger.release_reservation(pod.uid)
+            return
+        if entry.holding is not None:
+            self.ledger.unreserve(entry.holding)
+        entry.holding = None
+        entry.annotation = ""
+
+    def _annotation(self, node: str, uses: Sequence[CardUse]) -> str:
+        allocations: dict[str, list[DeviceAllocation]] = {}
+        for use in uses:
+            meta = self.ledger.card_meta(node, use.device_type, use.minor)
+            allocations.setdefault(use.device_type, []).append(
+                DeviceAllocation.from_ints(
+                    use.minor, dict(use.resources), id=meta.id if meta is not None else ""
+                )
+            )
+        return encode_allocations(allocations)
+
+    def pre_bind(self, state: CycleState, pod: Pod, node_name: str) -> Status | None:
+        entry = self.entry(state)
+        if entry is None or entry.request is None:
+            return None
+        if not entry.annotation:
+            return error(f"no device allocation reserved for pod {pod.key} on {node_name}")
+        state.bind_annotations[ANNOTATION_DEVICE_ALLOCATED] = entry.annotation
+        return None

@@ -1,0 +1,348 @@
+"""What pods ask for and what holders take: the parsing layer of DeviceShare (SPEC §3, §5, §8).
+
+Role, part 1: turn a pod into a frozen ``DeviceRequest`` (computed once in PreFilter): the
+validated, converted per-device-type request (``apis.resources.device_requests`` +
+``gpu_split``), how many devices of each type it needs and what each device must give, and
+its hint annotations (``device-allocate-hint``, ``device-joint-allocate``). Koordinator's
+``preparePod`` / ``GetPodDeviceRequests`` / ``parsePodDeviceShareExtensions`` /
+``DefaultDeviceHandler.CalcDesiredRequestsAndCount`` (``pkg/scheduler/plugins/deviceshare``).
+
+Invariants:
+
+- ``parse_request`` returns None for a pod without device resources (hints are then not even
+  parsed, as in Koordinator) and raises ``RequestError`` with the exact user-facing message
+  otherwise; the plugin turns it into UnschedulableAndUnresolvable.
+- ``invalid resource unit <name>: <quantity>`` applies where Koordinator's
+  ``ValidatePercentageResource`` applies: ``koordinator.sh/gpu``, ``rdma`` and ``fpga`` whose
+  ``Value()`` (the exact quantity rounded up) is above 100 and not a multiple of 100; the
+  quantity is printed from the exact request (``100.5`` prints as ``100500m``). Other
+  non-integer amounts are rounded up, as ``Value()`` does.
+- Per-device amounts are aligned with ``RESOURCES_BY_TYPE[device_type]``; ``requested`` says
+  which of them the pod asked for (the others are 0 and, for a GPU, completed once the card is
+  known: memory from ratio or ratio from memory).
+- Types are listed in the fixed order gpu, rdma, fpga; ``joint_types`` keeps the annotation's
+  order (primary first) restricted to requested types not hinted ``ApplyForAll``.
+
+Role, part 2: the records of what a holder takes from cards (``CardUse``, ``Holding``) and
+their decoding from a bound pod's ``device-allocated`` annotation (``uses_from_annotation``)
+and from a Device's ``devices-checkpoints`` annotation (``checkpoint_uses``: each listed GPU
+taken whole). Unknown device types and resources are ignored; decode errors are raised for
+the ledger to log and count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Final
+
+from apis.allocation import decode_allocations
+from apis.checkpoint import decode_devices_checkpoints
+from apis.core import Pod
+from apis.device import ANNOTATION_DEVICES_CHECKPOINTS, Device
+from apis.hints import (
+    ANNOTATION_DEVICE_ALLOCATE_HINT,
+    ANNOTATION_DEVICE_JOINT_ALLOCATE,
+    APPLY_FOR_ALL,
+    EXCLUSIVE_DEVICE_LEVEL,
+    JOINT_SCOPE_SAME_PCIE,
+    REQUESTS_AS_COUNT,
+    SCOPE_NODE,
+    DeviceHint,
+    HintDecodeError,
+    parse_allocate_hints,
+    parse_joint_allocate,
+)
+from apis.quantity import DECIMAL_SI, Quantity
+from apis.resources import (
+    DEVICE_FPGA,
+    DEVICE_GPU,
+    DEVICE_RDMA,
+    DEVICE_TYPES,
+    FPGA,
+    GPU_CORE,
+    GPU_MEMORY,
+    GPU_MEMORY_RATIO,
+    KOORD_GPU,
+    RDMA,
+    GPUSplit,
+    InvalidDeviceRequest,
+    device_requests,
+    gpu_split,
+    invalid_unit_message,
+)
+
+__all__ = [
+    "ANNOTATION",
+    "CHECKPOINT",
+    "GPU_CORE_INDEX",
+    "GPU_MEMORY_INDEX",
+    "GPU_RATIO_INDEX",
+    "RESERVED",
+    "RESOURCES_BY_TYPE",
+    "RESOURCE_INDEX",
+    "CardUse",
+    "DeviceRequest",
+    "Holding",
+    "RequestError",
+    "TypeRequest",
+    "checkpoint_uses",
+    "parse_request",
+    "uses_from_annotation",
+]
+
+RESOURCES_BY_TYPE: Final[Mapping[str, tuple[str, ...]]] = {
+    DEVICE_GPU: (GPU_CORE, GPU_MEMORY_RATIO, GPU_MEMORY),
+    DEVICE_RDMA: (RDMA,),
+    DEVICE_FPGA: (FPGA,),
+}
+"""Per device type, the per-card resources the ledger tracks (matrix index = position)."""
+
+GPU_CORE_INDEX: Final = 0
+GPU_RATIO_INDEX: Final = 1
+GPU_MEMORY_INDEX: Final = 2
+
+_UNIT_CHECKED: Final = (KOORD_GPU, RDMA, FPGA)
+_RESOURCE_OF: Final = {DEVICE_RDMA: RDMA, DEVICE_FPGA: FPGA}
+
+
+class RequestError(ValueError):
+    """The pod's device request is invalid; ``message`` is the exact user-facing text."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+        super().__init__(message)
+
+
+@dataclass(frozen=True, slots=True)
+class TypeRequest:
+    """What one device type needs: ``count`` devices each giving ``per_device``.
+
+    ``count`` 0 means "every device that matches the hint's selector" (``ApplyForAll``).
+    ``total`` is the pod-level converted request aligned like ``per_device`` (node scoring).
+    """
+
+    device_type: str
+    count: int
+    per_device: tuple[int, ...]
+    requested: tuple[bool, ...]
+    total: tuple[int, ...]
+    shared: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRequest:
+    """Everything Filter, Score and Reserve need to know about a pod's devices."""
+
+    types: tuple[TypeRequest, ...]
+    converted: Mapping[str, Mapping[str, int]]
+    gpu: GPUSplit | None = None
+    hints: Mapping[str, DeviceHint] = field(default_factory=dict)
+    joint_types: tuple[str, ...] = ()
+    joint_same_pcie: bool = False
+
+    @property
+    def device_types(self) -> tuple[str, ...]:
+        return tuple(t.device_type for t in self.types)
+
+    def type_request(self, device_type: str) -> TypeRequest | None:
+        for t in self.types:
+            if t.device_type == device_type:
+                return t
+        return None
+
+    @property
+    def vectorizable(self) -> bool:
+        """True when feasibility is a plain per-card fit count (no hint, no joint rule)."""
+        if len(self.joint_types) >= 2:
+            return False
+        for t in self.types:
+            hint = self.hints.get(t.device_type)
+            if hint is not None and not _trivial(hint):
+                return False
+        return True
+
+
+def _trivial(hint: DeviceHint) -> bool:
+    return (
+        hint.selector is None
+        and hint.allocate_strategy == ""
+        and hint.required_topology_scope in ("", SCOPE_NODE)
+    )
+
+
+def _exact_quantity(pod: Pod, name: str) -> Quantity | int:
+    exact = pod.requests_exact.get(name)
+    if exact is None:
+        return pod.requests.get(name, 0)
+    return Quantity(Fraction(exact), DECIMAL_SI)
+
+
+def _converted(pod: Pod) -> dict[str, dict[str, int]]:
+    try:
+        return device_requests(pod.requests)
+    except InvalidDeviceRequest as err:
+        message = err.message
+        for name in _UNIT_CHECKED:
+            value = pod.requests.get(name)
+            if value is not None and message == invalid_unit_message(name, value):
+                message = invalid_unit_message(name, _exact_quantity(pod, name))
+                break
+        raise RequestError(message) from None
+
+
+def _gpu_request(converted: Mapping[str, int]) -> tuple[TypeRequest, GPUSplit]:
+    split = gpu_split(converted)
+    per = (split.core_per_gpu or 0, split.ratio_per_gpu or 0, split.memory_per_gpu or 0)
+    requested = (
+        split.core_per_gpu is not None,
+        split.ratio_per_gpu is not None,
+        split.memory_per_gpu is not None,
+    )
+    total = tuple(converted.get(name, 0) for name in RESOURCES_BY_TYPE[DEVICE_GPU])
+    return TypeRequest(DEVICE_GPU, split.count, per, requested, total, split.shared), split
+
+
+def _common_request(device_type: str, amount: int, hint: DeviceHint | None) -> TypeRequest:
+    """``DefaultDeviceHandler.CalcDesiredRequestsAndCount`` for rdma and fpga."""
+    count, per = 1, amount
+    if amount > 100 and amount % 100 == 0:
+        count, per = amount // 100, 100
+    elif hint is not None and hint.allocate_strategy == APPLY_FOR_ALL:
+        count = 0
+    elif hint is not None and hint.allocate_strategy == REQUESTS_AS_COUNT:
+        count = amount
+        per = 100 if hint.exclusive_policy == EXCLUSIVE_DEVICE_LEVEL else 1
+    return TypeRequest(device_type, count, (per,), (True,), (amount,), per < 100)
+
+
+def parse_request(pod: Pod) -> DeviceRequest | None:
+    """The pod's device request, None when it requests no device; raises ``RequestError``."""
+    converted = _converted(pod)
+    if not converted:
+        return None
+    annotations = pod.annotations
+    try:
+        hints: Mapping[str, DeviceHint] = {}
+        raw_hints = annotations.get(ANNOTATION_DEVICE_ALLOCATE_HINT)
+        if raw_hints is not None:
+            hints = parse_allocate_hints(raw_hints)
+        raw_joint = annotations.get(ANNOTATION_DEVICE_JOINT_ALLOCATE)
+        joint = parse_joint_allocate(raw_joint) if raw_joint is not None else None
+    except HintDecodeError as err:
+        raise RequestError(err.message) from None
+    types: list[TypeRequest] = []
+    split: GPUSplit | None = None
+    for device_type in DEVICE_TYPES:
+        req = converted.get(device_type)
+        if not req:
+            continue
+        if device_type == DEVICE_GPU:
+            treq, split = _gpu_request(req)
+        else:
+            treq = _common_request(
+                device_type, req[_RESOURCE_OF[device_type]], hints.get(device_type)
+            )
+        types.append(treq)
+    joint_types: tuple[str, ...] = ()
+    same_pcie = False
+    if joint is not None:
+        joint_types = tuple(
+            dict.fromkeys(
+                t
+                for t in joint.device_types
+                if t in converted
+                and not (t in hints and hints[t].allocate_strategy == APPLY_FOR_ALL)
+            )
+        )
+        same_pcie = joint.required_scope == JOINT_SCOPE_SAME_PCIE
+    return DeviceRequest(
+        types=tuple(types),
+        converted={t: dict(r) for t, r in converted.items()},
+        gpu=split,
+        hints={t: h for t, h in hints.items() if t in converted},
+        joint_types=joint_types,
+        joint_same_pcie=same_pcie,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# What holders take: our reservations, bound pods' annotations, the node's checkpoint.
+
+RESERVED: Final = "reserved"
+ANNOTATION: Final = "annotation"
+CHECKPOINT: Final = "checkpoint"
+
+RESOURCE_INDEX: Final[Mapping[str, Mapping[str, int]]] = {
+    t: {r: i for i, r in enumerate(rs)} for t, rs in RESOURCES_BY_TYPE.items()
+}
+"""Device type -> resource name -> its index in ``RESOURCES_BY_TYPE[type]``."""
+
+
+@dataclass(frozen=True, slots=True)
+class CardUse:
+    """What a holder takes from one card: ``resources`` sorted by name."""
+
+    device_type: str
+    minor: int
+    resources: tuple[tuple[str, int], ...]
+
+    @classmethod
+    def of(cls, device_type: str, minor: int, resources: Mapping[str, int]) -> CardUse:
+        return cls(device_type, minor, tuple(sorted(resources.items())))
+
+    def sort_key(self) -> tuple[str, int, tuple[tuple[str, int], ...]]:
+        return (self.device_type, self.minor, self.resources)
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """A pod's (or the node's checkpoint's) devices on one node."""
+
+    uid: str
+    node: str
+    uses: tuple[CardUse, ...]
+    source: str = ANNOTATION
+    annotation: str = field(default="", compare=False)
+    """The ``device-allocated`` text this holding was read from or will be written as."""
+
+    def sorted_uses(self) -> tuple[CardUse, ...]:
+        return tuple(sorted(self.uses, key=CardUse.sort_key))
+
+    def same_allocation(self, other: Holding) -> bool:
+        return self.node == other.node and self.sorted_uses() == other.sorted_uses()
+
+    def state(self) -> tuple[str, str, tuple[CardUse, ...]]:
+        """Node, source and uses in a canonical order (for comparisons)."""
+        return (self.node, self.source, self.sorted_uses())
+
+
+def uses_from_annotation(raw: str) -> tuple[CardUse, ...]:
+    """The known device types and resources of a ``device-allocated`` value; raises
+    ``AllocationDecodeError``."""
+    uses: list[CardUse] = []
+    for device_type, allocations in decode_allocations(raw).items():
+        index = RESOURCE_INDEX.get(device_type)
+        if index is None:
+            continue
+        for a in allocations:
+            amounts = {name: a.resource_value(name) for name in a.resources if name in index}
+            uses.append(CardUse.of(device_type, a.minor, amounts))
+    return tuple(uses)
+
+
+def checkpoint_uses(device: Device) -> tuple[CardUse, ...]:
+    """The GPUs of ``device`` that its ``devices-checkpoints`` annotation lists (matched by
+    card id), each taken whole (its declared amounts); raises ``CheckpointError``."""
+    raw = device.annotations.get(ANNOTATION_DEVICES_CHECKPOINTS)
+    if raw is None:
+        return ()
+    held = {i for e in decode_devices_checkpoints(raw) for i in e.device_ids}
+    uses: dict[int, CardUse] = {}
+    names = RESOURCES_BY_TYPE[DEVICE_GPU]
+    for d in device.devices_of_type(DEVICE_GPU):
+        if d.minor is None or not d.id or d.id not in held or d.minor in uses:
+            continue
+        uses[d.minor] = CardUse.of(DEVICE_GPU, d.minor, {n: d.resource_value(n) for n in names})
+    return tuple(uses.values())

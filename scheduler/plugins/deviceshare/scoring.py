@@ -1,0 +1,107 @@
+"""Device scoring: which card first (allocation order) and how good a node is (Score).
+
+Role: Koordinator's ``resourceAllocationScorer`` (``scoring.go``) with SPEC §6's integer
+formulas. Per weighted resource r: ``requested = used + pod request``; LeastAllocated
+``(total - requested) * 100 // total`` (0 when requested exceeds total), MostAllocated
+``min(requested, total) * 100 // total``; a resource whose total is 0 is skipped; the score is
+``Σ score_r * w_r // Σ w_r`` (0 when nothing is scored).
+
+- Card score (allocation order, ``card_score``): the card's total, ``used = total - free`` and
+  the amounts this pod would take from that card (memory and ratio completed).
+- Node score (``node_score`` per node, ``score_rows`` for every ledger row at once): the sums
+  over all cards of the requested device types, and the pod's converted request
+  (``TypeRequest.total``: e.g. ``nvidia.com/gpu: 2`` is gpu-core 200 and ratio 200; memory is
+  0 there because it is only known once cards are chosen, as in Koordinator).
+
+Invariants: integer arithmetic only; ``node_score`` and ``score_rows`` agree on every row
+(the row sums in the ledger equal the per-card sums); results are in [0, 100].
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Final
+
+import numpy as np
+
+from apis.resources import DEVICE_TYPES
+from scheduler.framework.types import IntArray
+from scheduler.plugins.deviceshare.args import MOST_ALLOCATED, DeviceShareArgs
+from scheduler.plugins.deviceshare.ledger import NodeDeviceLedger
+from scheduler.plugins.deviceshare.request import RESOURCES_BY_TYPE, DeviceRequest
+from scheduler.plugins.deviceshare.topology import CardView
+
+__all__ = ["MAX_SCORE", "Scorer"]
+
+MAX_SCORE: Final = 100
+
+
+class Scorer:
+    """The configured strategy and weights, applied to cards and nodes."""
+
+    def __init__(self, args: DeviceShareArgs | None = None) -> None:
+        args = args if args is not None else DeviceShareArgs()
+        self.most_allocated = args.strategy == MOST_ALLOCATED
+        weights = dict(args.resources)
+        self.weights: Mapping[str, tuple[tuple[int, int], ...]] = {
+            t: tuple((i, weights[r]) for i, r in enumerate(RESOURCES_BY_TYPE[t]) if r in weights)
+            for t in DEVICE_TYPES
+        }
+
+    def resource_score(self, requested: int, total: int) -> int:
+        if total <= 0:
+            return 0
+        if self.most_allocated:
+            return min(requested, total) * MAX_SCORE // total
+        if requested > total:
+            return 0
+        return (total - requested) * MAX_SCORE // total
+
+    def card_score(self, device_type: str, card: CardView, amounts: Sequence[int]) -> int:
+        """How good it is to take ``amounts`` from ``card`` (higher first)."""
+        score = weight_sum = 0
+        for i, w in self.weights[device_type]:
+            total = card.total[i]
+            if total == 0:
+                continue
+            requested = total - card.free[i] + amounts[i]
+            score += self.resource_score(requested, total) * w
+            weight_sum += w
+        return score // weight_sum if weight_sum else 0
+
+    def node_score(self, cards: Mapping[str, Sequence[CardView]], request: DeviceRequest) -> int:
+        """The node's score for ``request``; ``cards`` per requested device type."""
+        score = weight_sum = 0
+        for treq in request.types:
+            views = cards.get(treq.device_type, ())
+            for i, w in self.weights[treq.device_type]:
+                total = sum(c.total[i] for c in views)
+                if total == 0:
+                    continue
+                allocated = sum(c.total[i] - c.free[i] for c in views)
+                score += self.resource_score(allocated + treq.total[i], total) * w
+                weight_sum += w
+        return score // weight_sum if weight_sum else 0
+
+    def score_rows(self, ledger: NodeDeviceLedger, request: DeviceRequest) -> IntArray:
+        """``node_score`` of every ledger row, plus a trailing 0 (for nodes without a row)."""
+        n = ledger.n_rows
+        score = np.zeros(n + 1, np.int64)
+        weight_sum = np.zeros(n + 1, np.int64)
+        for treq in request.types:
+            tbl = ledger.table(treq.device_type)
+            for i, w in self.weights[treq.device_type]:
+                total = tbl.sum_total[i, :n]
+                present = total > 0
+                capacity = np.where(present, total, 1)
+                requested = tbl.sum_alloc[i, :n] + treq.total[i]
+                if self.most_allocated:
+                    s = np.minimum(requested, capacity) * MAX_SCORE // capacity
+                else:
+                    s = np.where(
+                        requested > capacity, 0, (capacity - requested) * MAX_SCORE // capacity
+                    )
+                score[:n] += np.where(present, s * w, 0)
+                weight_sum[:n] += present * w
+        out: IntArray = score // np.maximum(weight_sum, 1)
+        return out
