@@ -1,0 +1,195 @@
+"""The node agent's assembly: inventory, health watcher, sync loop, metrics server, extra services.
+
+Role: wire the parts that ``koordlet run`` needs and own their lifecycle (start in dependency
+order, stop in reverse), and compute the one-shot report of ``koordlet report --once``. The
+composition root (``koordlet.cli``) builds the adapters (library, API, hook server) and hands
+them in; nothing here opens anything before ``start()``.
+
+Invariants:
+
+- ``NodeInventory`` discovers once, at ``open()``; a library that is absent (``init()`` is
+  False) gives an empty inventory and the agent runs on.
+- Every inventory snapshot first probes the cards (a card that can no longer be read turns
+  unhealthy), so the sync loop sees lost cards within one interval.
+- A health change wakes the sync loop at once (``HealthTracker`` -> ``DeviceSyncer.trigger``).
+- ``stop()`` is idempotent and stops only what ``start()`` started.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Protocol
+
+import structlog
+from prometheus_client import CollectorRegistry
+
+from apis.device import Device
+from koordlet.checkpoint import DEFAULT_KUBELET_ROOT, CheckpointReader
+from koordlet.devices.health import HealthTracker, HealthWatcher, probe_all
+from koordlet.devices.library import GPU, DeviceLibrary, Discovery
+from koordlet.metrics import GPUCollector, KoordletMetrics, MetricsServer
+from koordlet.reporter import Inventory, desired_device, rfc3339
+from koordlet.sync import DeviceSyncer, NodeAPI
+
+__all__ = ["Agent", "NodeInventory", "Service", "report_once"]
+
+log = structlog.get_logger("koordlet")
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Service(Protocol):
+    """Something the agent starts after its own parts and stops before them."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class NodeInventory:
+    """The node's discovered cards and their health."""
+
+    def __init__(self, library: DeviceLibrary) -> None:
+        self.library = library
+        self.discovery = Discovery()
+        self.tracker = HealthTracker(())
+        self._opened = False
+
+    @property
+    def gpus(self) -> tuple[GPU, ...]:
+        return self.discovery.gpus
+
+    def open(self) -> None:
+        """Initialize the library and discover the cards (no devices if it is absent)."""
+        if self._opened:
+            return
+        self._opened = True
+        if self.library.init():
+            self.discovery = self.library.discover()
+        self.tracker = HealthTracker((g.uuid for g in self.discovery.gpus), self.discovery.health)
+
+    def snapshot(self) -> Inventory:
+        """Probe the cards, then the inventory as the reporter reads it."""
+        probe_all(self.library, self.discovery.gpus, self.tracker)
+        return Inventory(
+            gpus=self.discovery.gpus,
+            health=self.tracker.snapshot(),
+            driver_version=self.discovery.driver_version,
+        )
+
+    def close(self) -> None:
+        if self._opened:
+            self._opened = False
+            self.library.shutdown()
+
+
+def report_once(
+    node_name: str,
+    library: DeviceLibrary,
+    kubelet_root: str | os.PathLike[str] = DEFAULT_KUBELET_ROOT,
+    clock: Callable[[], datetime] = _utcnow,
+) -> Device:
+    """The Device CR the agent would write now (no API server: every GPU entry is kept)."""
+    inventory = NodeInventory(library)
+    inventory.open()
+    try:
+        snapshot = inventory.snapshot()
+    finally:
+        inventory.close()
+    entries = CheckpointReader(kubelet_root).read()
+    return desired_device(node_name, snapshot, entries, None, now=rfc3339(clock()))
+
+
+class Agent:
+    """``koordlet run``: see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        node_name: str,
+        library: DeviceLibrary,
+        api: NodeAPI,
+        registry: CollectorRegistry,
+        sync_interval_s: float = 10.0,
+        kubelet_root: str | os.PathLike[str] = DEFAULT_KUBELET_ROOT,
+        metrics_address: tuple[str, int] | None = None,
+        clock: Callable[[], datetime] = _utcnow,
+        services: Sequence[Service] = (),
+    ) -> None:
+        self.node_name = node_name
+        self.sync_interval_s = sync_interval_s
+        self.metrics = KoordletMetrics(registry)
+        self.inventory = NodeInventory(library)
+        self.checkpoint = CheckpointReader(kubelet_root, on_error=self.metrics.checkpoint_error)
+        self.syncer = DeviceSyncer(
+            api,
+            node_name,
+            self.inventory.snapshot,
+            self.checkpoint.read,
+            clock=clock,
+            observer=self.metrics,
+        )
+        registry.register(
+            GPUCollector(
+                node_name,
+                library,
+                lambda: self.inventory.gpus,
+                lambda: self.inventory.tracker.snapshot(),
+            )
+        )
+        self.metrics_server = (
+            MetricsServer(registry, metrics_address, healthz=self.healthy)
+            if metrics_address is not None
+            else None
+        )
+        self.services = tuple(services)
+        self.watcher: HealthWatcher | None = None
+        self._started: list[Callable[[], None]] = []
+
+    def healthy(self) -> bool:
+        """``/healthz``: the sync loop is alive."""
+        return self.syncer.running
+
+    def start(self) -> None:
+        """Discover, watch health, serve metrics, start the services, then the sync loop."""
+        try:
+            self.inventory.open()
+            self._started.append(self.inventory.close)
+            self.inventory.tracker.set_on_change(self.syncer.trigger)
+            watcher = HealthWatcher(
+                self.inventory.library, self.inventory.tracker, self.inventory.gpus
+            )
+            if watcher.start():
+                self.watcher = watcher
+                self._started.append(watcher.stop)
+            if self.metrics_server is not None:
+                self.metrics_server.start()
+                self._started.append(self.metrics_server.stop)
+            for service in self.services:
+                service.start()
+                self._started.append(service.stop)
+            self.syncer.start(self.sync_interval_s)
+            self._started.append(self.syncer.stop)
+        except BaseException:
+            self.stop()
+            raise
+        log.info(
+            "koordlet started",
+            node=self.node_name,
+            gpus=len(self.inventory.gpus),
+            health_watcher=self.watcher is not None,
+            sync_interval_s=self.sync_interval_s,
+        )
+
+    def stop(self) -> None:
+        """Stop everything started, in reverse order; idempotent."""
+        while self._started:
+            stop = self._started.pop()
+            try:
+                stop()
+            except Exception as exc:  # keep stopping the rest
+                log.error("stopping a koordlet part failed", error=repr(exc))

@@ -1,0 +1,284 @@
+"""``koordlet``: the node agent's command line and composition root (SPEC section 2).
+
+Subcommands:
+  report --once   print the Device CR the agent would write, and exit (no API server);
+  run             the agent: discovery, health watcher, Device/Node sync loop, /metrics and
+                  /healthz, and the runtime-hook server when ``runtimehooks.server`` exists.
+
+This is the only module that builds adapters (NVML or fake library, the kube API, the hook
+server) and configures logging (structlog, JSON by default, on stderr). User errors (bad
+flags, unreadable files, no kubeconfig, a busy port) print one line on stderr and exit 2,
+without a traceback. ``run`` stops cleanly on SIGTERM or SIGINT and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+import warnings
+from collections.abc import Sequence
+from types import FrameType
+from typing import Any, NoReturn
+
+import structlog
+import yaml
+from prometheus_client import CollectorRegistry
+
+from koordlet.agent import Agent, Service, report_once
+from koordlet.checkpoint import DEFAULT_KUBELET_ROOT
+from koordlet.devices.fake import FakeLibrary, FakeSpecError
+from koordlet.devices.library import DeviceLibrary
+from koordlet.devices.sysfs import DEFAULT_SYSFS_ROOT
+from koordlet.hookserver import DEFAULT_HOOK_DIR, DEFAULT_SOCKET, HookServiceError, hook_service
+from koordlet.metrics import DEFAULT_METRICS_PORT, parse_bind_address
+
+PROG = "koordlet"
+EXIT_USAGE = 2
+
+log = structlog.get_logger("koordlet")
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+class UserError(Exception):
+    """Reported as one line on stderr with exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UserError(message)
+
+
+def parse_duration(text: str) -> float:
+    """``10s``, ``500ms``, ``1m30s``, or bare seconds -> seconds (> 0); raises ValueError."""
+    s = text.strip()
+    try:
+        seconds = float(s)
+    except ValueError:
+        pos, seconds = 0, 0.0
+        for m in _DURATION_PART.finditer(s):
+            if m.start() != pos:
+                break
+            seconds += float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+            pos = m.end()
+        if pos != len(s) or not s:
+            raise ValueError(f"invalid duration {text!r} (examples: 10s, 500ms, 1m)") from None
+    if not seconds > 0:
+        raise ValueError(f"duration must be positive, got {text!r}")
+    return seconds
+
+
+class _StderrLogger:
+    """One JSON line per event on the current ``sys.stderr``, whole lines across threads."""
+
+    _lock = threading.Lock()
+
+    def msg(self, message: str) -> None:
+        with self._lock:
+            sys.stderr.write(message + "\n")
+            sys.stderr.flush()
+
+    log = debug = info = warn = warning = error = critical = exception = fatal = msg
+
+
+_STDERR_LOGGER = _StderrLogger()
+
+
+def configure_logging(fmt: str = "json", level: int = logging.INFO) -> None:
+    """structlog on stderr: one JSON object per line (or a console rendering)."""
+    renderer: Any = (
+        structlog.processors.JSONRenderer()
+        if fmt == "json"
+        else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=lambda *args: _STDERR_LOGGER,
+        cache_logger_on_first_use=False,
+    )
+
+
+def _library(args: argparse.Namespace) -> DeviceLibrary:
+    if args.fake_gpus:
+        try:
+            return FakeLibrary.from_file(args.fake_gpus)
+        except FakeSpecError as exc:
+            raise UserError(f"--fake-gpus {exc}") from None
+    from koordlet.devices.nvml import NvmlLibrary
+
+    return NvmlLibrary(sysfs_root=args.sysfs_root)
+
+
+def _node_name(args: argparse.Namespace, required: bool) -> str:
+    name: str = args.node_name or os.environ.get("NODE_NAME", "")
+    if not name and required:
+        raise UserError("--node-name is required (or set NODE_NAME)")
+    return name or socket.gethostname()
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    if not args.once:
+        raise UserError("report prints one report and exits: pass --once")
+    device = report_once(_node_name(args, False), _library(args), args.kubelet_root)
+    doc = device.to_dict()
+    if args.output == "json":
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        sys.stdout.write(yaml.safe_dump(doc, sort_keys=False))
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    node_name = _node_name(args, True)
+    try:
+        interval = parse_duration(args.sync_interval)
+        address = parse_bind_address(args.metrics_bind_address)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    library = _library(args)
+    from koordlet.kube import KubeConfigError, KubeNodeAPI
+
+    try:
+        api = KubeNodeAPI.from_kubeconfig(args.kubeconfig)
+    except KubeConfigError as exc:
+        raise UserError(str(exc)) from None
+    if not api.verifies_tls:
+        # Said once here rather than as a urllib3 warning on every request.
+        warnings.filterwarnings("ignore", message="Unverified HTTPS request")
+        log.warning("TLS certificate verification disabled by the kubeconfig")
+    registry = CollectorRegistry()
+    agent_ref: list[Agent] = []
+
+    def observe(stage: str, result: str, seconds: float) -> None:
+        if agent_ref:
+            agent_ref[0].metrics.observe(stage, result, seconds)
+
+    services: list[Service] = []
+    hooks = hook_service(
+        socket_path=args.socket,
+        hook_dir=args.hook_dir,
+        visible_devices_by=args.visible_devices_by,
+        observe=observe,
+    )
+    if hooks is not None:
+        services.append(hooks)
+    agent = Agent(
+        node_name=node_name,
+        library=library,
+        api=api,
+        registry=registry,
+        sync_interval_s=interval,
+        kubelet_root=args.kubelet_root,
+        metrics_address=address,
+        services=services,
+    )
+    agent_ref.append(agent)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("signal received: stopping", signal=signal.Signals(signum).name)
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        try:
+            agent.start()
+        except (OSError, HookServiceError) as exc:
+            raise UserError(f"cannot start: {exc}") from None
+        while not stop.wait(0.5):
+            pass
+    finally:
+        agent.stop()
+        api.close()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    log.info("koordlet stopped", node=node_name)
+    return 0
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--node-name", metavar="N", help="the node's name (default: $NODE_NAME)")
+    p.add_argument("--fake-gpus", metavar="FILE", help="GPUs described in YAML instead of NVML")
+    p.add_argument(
+        "--kubelet-root",
+        metavar="DIR",
+        default=DEFAULT_KUBELET_ROOT,
+        help=f"kubelet root directory (default {DEFAULT_KUBELET_ROOT})",
+    )
+    p.add_argument(
+        "--sysfs-root",
+        metavar="DIR",
+        default=DEFAULT_SYSFS_ROOT,
+        help=f"sysfs mount for PCI topology (default {DEFAULT_SYSFS_ROOT})",
+    )
+    p.add_argument(
+        "--log-format", choices=("json", "console"), default="json", help="log format on stderr"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="Koordinator-compatible GPU node agent.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    rep = sub.add_parser(
+        "report",
+        help="print the Device CR the agent would write, and exit",
+        description="Print the node's Device CR as the agent would write it (no API server).",
+    )
+    rep.add_argument("--once", action="store_true", help="print one report and exit")
+    rep.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
+    _common(rep)
+    rep.set_defaults(func=cmd_report)
+
+    run = sub.add_parser(
+        "run",
+        help="run the node agent",
+        description="Keep the node's Device CR, labels and extended resources up to date, "
+        "serve /metrics and /healthz, and the runtime-hook API.",
+    )
+    _common(run)
+    run.add_argument("--kubeconfig", metavar="F", help="kubeconfig (default: in-cluster)")
+    run.add_argument("--sync-interval", default="10s", help="sync period (default 10s)")
+    run.add_argument("--hook-dir", default=DEFAULT_HOOK_DIR, help="runtime proxy's hook dir")
+    run.add_argument("--socket", default=DEFAULT_SOCKET, help="runtime-hook unix socket")
+    run.add_argument("--visible-devices-by", choices=("minor", "uuid"), default="minor")
+    run.add_argument(
+        "--metrics-bind-address",
+        default=f":{DEFAULT_METRICS_PORT}",
+        help=f"HOST:PORT for /metrics and /healthz (default :{DEFAULT_METRICS_PORT})",
+    )
+    run.set_defaults(func=cmd_run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        configure_logging(args.log_format)
+        code: int = args.func(args)
+    except UserError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""The ``DeviceLibrary`` port: what the node agent needs from a GPU management library.
+
+Role: the contract between the agent (reporter, health watcher, metrics) and a source of GPU
+facts: NVML on a real node (``koordlet.devices.nvml``), a YAML description otherwise
+(``koordlet.devices.fake``). Also the records that cross that boundary.
+
+Invariants:
+
+- Records are frozen; ``GPU.uuid`` identifies a card everywhere (health, metrics, the CR).
+- ``init()`` returning False means "this node has no such library": the agent then reports
+  no devices and keeps running. Every other method is called only after ``init()`` returned
+  True and before ``shutdown()``.
+- ``probe`` and ``usage`` never raise for a card that cannot be read: ``probe`` reports it as
+  unhealthy (reason ``DeviceQueryFailed``), ``usage`` raises ``DeviceQueryError`` (the one
+  exception of the port) so that a scrape can skip the card.
+- ``wait_health_event`` blocks at most ``timeout_s`` and returns None on a timeout or an
+  event that does not change health (for example an application XID); a ``HealthEvent`` with
+  ``uuid == ""`` applies to every card.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final, Protocol
+
+from apis.device import gpu_model_name
+
+__all__ = [
+    "GPU",
+    "HEALTHY",
+    "REASON_HEALTHY",
+    "REASON_QUERY_FAILED",
+    "DeviceLibrary",
+    "DeviceQueryError",
+    "Discovery",
+    "GPUUsage",
+    "Health",
+    "HealthEvent",
+    "query_failed",
+]
+
+REASON_HEALTHY: Final = "DeviceHealthy"
+REASON_QUERY_FAILED: Final = "DeviceQueryFailed"
+
+
+@dataclass(frozen=True, slots=True)
+class GPU:
+    """One GPU card as discovered: identity, size and place on the PCI tree."""
+
+    uuid: str
+    minor: int
+    name: str = ""
+    memory_total: int = 0
+    bus_id: str = ""
+    numa_node: int | None = None
+    pcie_root: str = ""
+    index: int = 0
+
+    @property
+    def model(self) -> str:
+        """The label value of the model (SPEC section 4), e.g. ``A100-SXM4-80GB``."""
+        return gpu_model_name(self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class GPUUsage:
+    """Live numbers of one card, read at scrape time."""
+
+    memory_used: int
+    utilization: float | None
+    """Fraction of the last sample period the card was busy (0.0 to 1.0); None if unknown."""
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """A card's health; ``reason`` and ``message`` go to the Device CR's Healthy condition."""
+
+    healthy: bool
+    reason: str
+    message: str
+
+
+HEALTHY: Final = Health(True, REASON_HEALTHY, "device is healthy")
+
+
+def query_failed(what: str, error: object) -> Health:
+    """The health of a card that a library query failed on."""
+    return Health(False, REASON_QUERY_FAILED, f"{what} failed: {error}")
+
+
+@dataclass(frozen=True, slots=True)
+class HealthEvent:
+    """A health change reported by the library; ``uuid == ""`` means every card."""
+
+    uuid: str
+    health: Health
+
+
+@dataclass(frozen=True, slots=True)
+class Discovery:
+    """What ``discover()`` found: the driver, the cards, and cards already found unhealthy."""
+
+    driver_version: str = ""
+    gpus: tuple[GPU, ...] = ()
+    health: Mapping[str, Health] = field(default_factory=dict)
+
+
+class DeviceQueryError(Exception):
+    """A card could not be read (lost handle, driver error)."""
+
+
+class DeviceLibrary(Protocol):
+    """The GPU management library as the agent uses it (see the module docstring)."""
+
+    def init(self) -> bool:
+        """Open the library; False when it is absent on this node (logged once)."""
+        ...
+
+    def shutdown(self) -> None:
+        """Close the library; idempotent."""
+        ...
+
+    def discover(self) -> Discovery:
+        """Driver version and every card that can be identified (uuid and minor)."""
+        ...
+
+    def probe(self, gpu: GPU) -> Health:
+        """Whether the card can still be read: HEALTHY, or a ``DeviceQueryFailed`` health."""
+        ...
+
+    def usage(self, gpu: GPU) -> GPUUsage:
+        """Used memory and utilization now; raises ``DeviceQueryError``."""
+        ...
+
+    def open_health_events(self, gpus: tuple[GPU, ...]) -> bool:
+        """Subscribe to health events of ``gpus``; False when unsupported (logged)."""
+        ...
+
+    def wait_health_event(self, timeout_s: float) -> HealthEvent | None:
+        """The next health event, or None after ``timeout_s`` or for an ignored event."""
+        ...
+
+    def close_health_events(self) -> None:
+        """Drop the subscription; idempotent."""
+        ...

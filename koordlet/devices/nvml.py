@@ -1,0 +1,269 @@
+"""The NVML adapter of the ``DeviceLibrary`` port (nvidia-ml-py); the only importer of pynvml.
+
+Role: discover the node's NVIDIA GPUs (UUID, minor, name, total memory, PCI bus id; NUMA node
+and PCIe root from sysfs under an injectable root), read their live usage for metrics, and
+turn NVML's critical-XID events into health events.
+
+Invariants:
+
+- Every NVML call goes through the ``pynvml`` module's attributes (``pynvml.nvmlInit()``,
+  never ``from pynvml import ...``), so tests can replace those functions and still run this
+  code unchanged.
+- A node without the NVML library (``NVML_ERROR_LIBRARY_NOT_FOUND``) or without a working
+  driver is a node without GPUs: ``init()`` logs one line and returns False, nothing raises.
+- A card that cannot be identified (no handle, UUID or minor) is skipped with an error log; a
+  card identified but failing another query is reported unhealthy (``DeviceQueryFailed``).
+- Health events: only ``nvmlEventTypeXidCriticalError`` is registered; application XIDs are
+  ignored (``koordlet.devices.health.APPLICATION_XIDS``); an event whose card cannot be told,
+  or a failing wait, affects every card (NVIDIA's device plugin does the same). Registration
+  unsupported on every card means no watcher: logged once, the agent keeps running.
+- Bus ids use NVML's ``busId`` (``00000000:3B:00.0``; ``busIdLegacy`` as a fallback)
+  normalized to the sysfs form ``0000:3b:00.0``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import pynvml
+import structlog
+
+from koordlet.devices import sysfs
+from koordlet.devices.health import xid_health
+from koordlet.devices.library import (
+    GPU,
+    HEALTHY,
+    DeviceQueryError,
+    Discovery,
+    GPUUsage,
+    Health,
+    HealthEvent,
+    query_failed,
+)
+
+__all__ = ["NvmlLibrary"]
+
+log = structlog.get_logger("koordlet.nvml")
+
+_REASON_EVENTS_FAILED = "HealthCheckFailed"
+
+
+def _text(value: object) -> str:
+    """NVML strings: ``str`` from recent nvidia-ml-py, ``bytes`` from old ones."""
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).split(b"\0", 1)[0].decode("utf-8", errors="replace")
+    return str(value)
+
+
+def _error_code(exc: BaseException) -> int | None:
+    value = getattr(exc, "value", None)
+    return value if isinstance(value, int) else None
+
+
+class NvmlLibrary:
+    """GPUs through NVML; see the module docstring for the invariants."""
+
+    def __init__(self, sysfs_root: str | os.PathLike[str] = sysfs.DEFAULT_SYSFS_ROOT) -> None:
+        self._sysfs_root = sysfs_root
+        self._lock = threading.Lock()
+        self._initialized = False
+        self._event_set: Any = None
+        self._idle = threading.Event()  # waited on when there is no event set
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def init(self) -> bool:
+        with self._lock:
+            if self._initialized:
+                return True
+            try:
+                pynvml.nvmlInit()
+            except pynvml.NVMLError as exc:
+                if _error_code(exc) == pynvml.NVML_ERROR_LIBRARY_NOT_FOUND:
+                    log.warning(
+                        "NVML library (libnvidia-ml.so.1) not found: no GPUs on this node",
+                    )
+                else:
+                    log.warning("NVML init failed: no GPUs on this node", error=str(exc))
+                return False
+            self._initialized = True
+            return True
+
+    def shutdown(self) -> None:
+        self.close_health_events()
+        with self._lock:
+            if not self._initialized:
+                return
+            self._initialized = False
+            try:
+                pynvml.nvmlShutdown()
+            except pynvml.NVMLError as exc:
+                log.warning("NVML shutdown failed", error=str(exc))
+
+    # -- discovery ----------------------------------------------------------------------------
+
+    def discover(self) -> Discovery:
+        try:
+            driver = _text(pynvml.nvmlSystemGetDriverVersion())
+        except pynvml.NVMLError as exc:
+            log.error("reading the NVIDIA driver version failed", error=str(exc))
+            driver = ""
+        try:
+            count = int(pynvml.nvmlDeviceGetCount())
+        except pynvml.NVMLError as exc:
+            log.error("counting GPUs failed: no GPUs reported", error=str(exc))
+            return Discovery(driver_version=driver)
+        gpus: list[GPU] = []
+        health: dict[str, Health] = {}
+        for index in range(count):
+            found = self._discover_one(index)
+            if found is not None:
+                gpu, gpu_health = found
+                gpus.append(gpu)
+                if not gpu_health.healthy:
+                    health[gpu.uuid] = gpu_health
+        gpus.sort(key=lambda g: (g.minor, g.index))
+        log.info("gpus discovered", count=len(gpus), driver_version=driver)
+        return Discovery(driver_version=driver, gpus=tuple(gpus), health=health)
+
+    def _discover_one(self, index: int) -> tuple[GPU, Health] | None:
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
+            minor = int(pynvml.nvmlDeviceGetMinorNumber(handle))
+        except pynvml.NVMLError as exc:
+            log.error("gpu cannot be identified: skipped", index=index, error=str(exc))
+            return None
+        health = HEALTHY
+        name = ""
+        memory_total = 0
+        bus_id = ""
+        try:
+            name = _text(pynvml.nvmlDeviceGetName(handle))
+        except pynvml.NVMLError as exc:
+            health = query_failed("nvmlDeviceGetName", exc)
+        try:
+            memory_total = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
+        except pynvml.NVMLError as exc:
+            health = query_failed("nvmlDeviceGetMemoryInfo", exc)
+        try:
+            pci = pynvml.nvmlDeviceGetPciInfo(handle)
+            bus_id = sysfs.normalize_bus_id(_text(pci.busId)) or sysfs.normalize_bus_id(
+                _text(pci.busIdLegacy)
+            )
+        except pynvml.NVMLError as exc:
+            health = query_failed("nvmlDeviceGetPciInfo", exc)
+        if not health.healthy:
+            log.error("gpu query failed: reported unhealthy", uuid=uuid, message=health.message)
+        gpu = GPU(
+            uuid=uuid,
+            minor=minor,
+            name=name,
+            memory_total=memory_total,
+            bus_id=bus_id,
+            numa_node=sysfs.numa_node(self._sysfs_root, bus_id),
+            pcie_root=sysfs.pcie_root(self._sysfs_root, bus_id),
+            index=index,
+        )
+        return gpu, health
+
+    # -- live queries -------------------------------------------------------------------------
+
+    def _handle(self, gpu: GPU) -> Any:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(gpu.index)
+        uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
+        if uuid != gpu.uuid:
+            raise DeviceQueryError(f"NVML index {gpu.index} is now {uuid}, not {gpu.uuid}")
+        return handle
+
+    def probe(self, gpu: GPU) -> Health:
+        try:
+            pynvml.nvmlDeviceGetMemoryInfo(self._handle(gpu))
+        except (pynvml.NVMLError, DeviceQueryError) as exc:
+            return query_failed("NVML query", exc)
+        return HEALTHY
+
+    def usage(self, gpu: GPU) -> GPUUsage:
+        try:
+            handle = self._handle(gpu)
+            used = int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
+        except pynvml.NVMLError as exc:
+            raise DeviceQueryError(f"{gpu.uuid}: {exc}") from None
+        try:
+            utilization: float | None = int(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu) / 100
+        except pynvml.NVMLError:
+            utilization = None  # not supported on every card
+        return GPUUsage(memory_used=used, utilization=utilization)
+
+    # -- health events ------------------------------------------------------------------------
+
+    def open_health_events(self, gpus: tuple[GPU, ...]) -> bool:
+        if self._event_set is not None:
+            return True
+        try:
+            event_set = pynvml.nvmlEventSetCreate()
+        except pynvml.NVMLError as exc:
+            log.warning("gpu health events unavailable: no health watcher", error=str(exc))
+            return False
+        unsupported: list[str] = []
+        registered = 0
+        for gpu in gpus:
+            try:
+                handle = pynvml.nvmlDeviceGetHandleByIndex(gpu.index)
+                pynvml.nvmlDeviceRegisterEvents(
+                    handle, pynvml.nvmlEventTypeXidCriticalError, event_set
+                )
+                registered += 1
+            except pynvml.NVMLError as exc:
+                unsupported.append(f"{gpu.uuid}: {exc}")
+        if registered == 0:
+            self._free(event_set)
+            log.warning("gpu health events not supported: no health watcher", gpus=unsupported)
+            return False
+        if unsupported:
+            log.warning("gpu health events not supported on some gpus", gpus=unsupported)
+        self._event_set = event_set
+        return True
+
+    def wait_health_event(self, timeout_s: float) -> HealthEvent | None:
+        event_set = self._event_set
+        if event_set is None:
+            self._idle.wait(timeout_s)
+            return None
+        try:
+            data = pynvml.nvmlEventSetWait(event_set, max(0, int(timeout_s * 1000)))
+        except pynvml.NVMLError as exc:
+            if _error_code(exc) == pynvml.NVML_ERROR_TIMEOUT:
+                return None
+            log.error("waiting for gpu events failed: every gpu marked unhealthy", error=str(exc))
+            return HealthEvent(
+                "", Health(False, _REASON_EVENTS_FAILED, f"nvmlEventSetWait failed: {exc}")
+            )
+        if int(data.eventType) != pynvml.nvmlEventTypeXidCriticalError:
+            return None
+        xid = int(data.eventData)
+        health = xid_health(xid)
+        if health is None:
+            log.info("application xid ignored", xid=xid)
+            return None
+        try:
+            uuid = _text(pynvml.nvmlDeviceGetUUID(data.device))
+        except pynvml.NVMLError as exc:
+            log.error("xid on an unknown gpu: every gpu marked unhealthy", xid=xid, error=str(exc))
+            return HealthEvent("", health)
+        log.error("critical xid", uuid=uuid, xid=xid)
+        return HealthEvent(uuid, health)
+
+    def close_health_events(self) -> None:
+        event_set, self._event_set = self._event_set, None
+        if event_set is not None:
+            self._free(event_set)
+
+    @staticmethod
+    def _free(event_set: Any) -> None:
+        try:
+            pynvml.nvmlEventSetFree(event_set)
+        except pynvml.NVMLError as exc:
+            log.warning("freeing the NVML event set failed", error=str(exc))

@@ -1,0 +1,123 @@
+"""Composition-root glue: the runtime-hook server (``runtimehooks``) as a service of the agent.
+
+Role: build the default hook registry (the GPU hook at PreCreateContainer, timed into the
+agent's metrics through ``observe``), serve it on the unix socket and register it with
+koord-runtime-proxy through ``<hook dir>/koordlet.json``. Only ``koordlet.cli`` uses this
+module; ``runtimehooks`` is imported when the service is built, so that ``koordlet report``
+never loads grpc and an agent whose grpc is broken still runs (without hooks, logged).
+
+Invariants: ``start()`` serves first, then writes the registration file; ``stop()`` removes
+the registration file first (the proxy stops calling), then stops the server, which removes
+its socket. An empty socket path disables the hook server.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+import structlog
+
+__all__ = ["DEFAULT_HOOK_DIR", "DEFAULT_SOCKET", "HookService", "HookServiceError", "hook_service"]
+
+DEFAULT_HOOK_DIR: Final = "/etc/runtime/hookserver.d"
+DEFAULT_SOCKET: Final = "/var/run/koordlet/koordlet.sock"
+
+log = structlog.get_logger("koordlet.hooks")
+
+Observe = Callable[[str, str, float], None]
+
+
+class HookServiceError(Exception):
+    """The hook server could not start (socket path in use, not a socket, unwritable dir)."""
+
+
+class _Observer:
+    def __init__(self, observe: Observe) -> None:
+        self._observe = observe
+
+    def observe(self, stage: str, result: str, seconds: float) -> None:
+        self._observe(str(stage), result, seconds)
+
+
+class HookService:
+    """The runtime-hook gRPC server plus its registration file, started and stopped together."""
+
+    def __init__(
+        self,
+        *,
+        socket_path: str | os.PathLike[str],
+        hook_dir: str | os.PathLike[str],
+        visible_devices_by: str,
+        observe: Observe,
+    ) -> None:
+        from runtimehooks.hooks import new_default_registry
+        from runtimehooks.hooks.gpu import GPUHookOptions
+
+        self.socket_path = Path(socket_path)
+        self.hook_dir = Path(hook_dir) if os.fspath(hook_dir) else None
+        self.registry = new_default_registry(
+            GPUHookOptions(visible_devices_by=visible_devices_by),  # type: ignore[arg-type]
+            observer=_Observer(observe),
+        )
+        self._server: Any = None
+        self.registration: Path | None = None
+
+    def start(self) -> None:
+        from runtimehooks.server import HookServer, SocketPathError, write_registration
+
+        server = HookServer(self.registry, self.socket_path)
+        try:
+            server.start()
+        except (SocketPathError, OSError) as exc:
+            raise HookServiceError(f"runtime hook server: {exc}") from None
+        self._server = server
+        if self.hook_dir is not None:
+            try:
+                self.registration = write_registration(
+                    self.hook_dir, self.socket_path, [str(s) for s in self.registry.stages()]
+                )
+            except OSError as exc:
+                server.stop(None)
+                self._server = None
+                raise HookServiceError(f"runtime hook registration: {exc}") from None
+            log.info("runtime hook registration written", path=str(self.registration))
+
+    def stop(self) -> None:
+        from runtimehooks.server import remove_registration
+
+        if self.registration is not None and self.hook_dir is not None:
+            try:
+                remove_registration(self.hook_dir)
+                log.info("runtime hook registration removed", path=str(self.registration))
+            except OSError as exc:
+                log.error("removing the runtime hook registration failed", error=str(exc))
+            self.registration = None
+        server, self._server = self._server, None
+        if server is not None:
+            server.stop(1.0)
+
+
+def hook_service(
+    *,
+    socket_path: str,
+    hook_dir: str,
+    visible_devices_by: str,
+    observe: Observe,
+) -> HookService | None:
+    """The hook service, or None when disabled (empty socket) or unavailable (logged)."""
+    if not socket_path:
+        log.info("runtime hook server disabled (empty --socket)")
+        return None
+    try:
+        return HookService(
+            socket_path=socket_path,
+            hook_dir=hook_dir,
+            visible_devices_by=visible_devices_by,
+            observe=observe,
+        )
+    except ImportError as exc:
+        log.warning("runtime hook server unavailable: running without it", error=str(exc))
+        return None

@@ -1,0 +1,204 @@
+"""koordlet.agent: the assembled agent over the fake library and an in-memory NodeAPI."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry
+
+from apis.device import Device
+from koordlet.agent import Agent, NodeInventory, report_once
+from koordlet.checkpoint import checkpoint_path
+from koordlet.devices.fake import FakeLibrary, parse_fake_spec
+from koordlet.devices.library import HEALTHY, REASON_QUERY_FAILED
+from tests.unit.koordlet.koordlet_fakes import FakeNodeAPI
+
+T0 = datetime(2024, 5, 1, 10, tzinfo=UTC)
+
+
+def _wait_for(cond: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> FakeLibrary:
+    spec = parse_fake_spec(
+        {
+            "driverVersion": "535.129.03",
+            "healthFile": "health.yaml",
+            "gpus": [
+                {"uuid": f"GPU-{i}", "minor": i, "name": "NVIDIA L4", "memory": "24Gi"}
+                for i in range(2)
+            ],
+        },
+        tmp_path,
+    )
+    return FakeLibrary(spec, poll_interval_s=0.01)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.started: list[str] = []
+
+    def service(self, name: str) -> Service:
+        return Service(self, name)
+
+
+class Service:
+    def __init__(self, rec: Recorder, name: str) -> None:
+        self.rec, self.name = rec, name
+
+    def start(self) -> None:
+        self.rec.started.append(f"start {self.name}")
+
+    def stop(self) -> None:
+        self.rec.started.append(f"stop {self.name}")
+
+
+@pytest.fixture
+def agent(fake: FakeLibrary, tmp_path: Path) -> Iterator[tuple[Agent, FakeNodeAPI, Recorder]]:
+    api = FakeNodeAPI()
+    api.add_node("node-1", uid="uid-1")
+    rec = Recorder()
+    agent = Agent(
+        node_name="node-1",
+        library=fake,
+        api=api,
+        registry=CollectorRegistry(),
+        sync_interval_s=3600,  # only the first pass and triggers run
+        kubelet_root=tmp_path / "kubelet",
+        metrics_address=("127.0.0.1", 0),
+        clock=lambda: T0,
+        services=[rec.service("hooks")],
+    )
+    try:
+        yield agent, api, rec
+    finally:
+        agent.stop()
+
+
+def test_agent_syncs_at_start_and_on_health_change(
+    agent: tuple[Agent, FakeNodeAPI, Recorder], tmp_path: Path
+) -> None:
+    a, api, rec = agent
+    a.start()
+    _wait_for(lambda: "node-1" in api.devices)
+    assert [d.health for d in api.device("node-1").devices] == [True, True]
+    assert a.watcher is not None and a.healthy()
+    assert rec.started == ["start hooks"]
+
+    (tmp_path / "health.yaml").write_text(yaml.safe_dump({"GPU-1": {"reason": "Xid79"}}))
+    _wait_for(lambda: not api.device("node-1").devices[1].health)  # long before 3600 s
+    assert api.nodes["node-1"].allocatable["koordinator.sh/gpu-core"] == "100"
+
+    port = a.metrics_server.port if a.metrics_server else 0
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as r:
+        assert r.status == 200
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    assert 'koordlet_gpu_healthy{minor="1",model="L4",node="node-1",uuid="GPU-1"} 0.0' in text
+    assert 'koordlet_device_sync_total{result="created"} 1.0' in text
+
+    a.stop()
+    assert rec.started == ["start hooks", "stop hooks"]
+    assert not a.healthy()
+    a.stop()  # idempotent
+
+
+def test_lost_card_found_by_the_next_pass(
+    agent: tuple[Agent, FakeNodeAPI, Recorder], tmp_path: Path
+) -> None:
+    a, api, _ = agent
+    a.start()
+    _wait_for(lambda: "node-1" in api.devices)
+    (tmp_path / "health.yaml").write_text(
+        yaml.safe_dump({"GPU-0": {"healthy": True, "lost": True}})
+    )
+    a.syncer.trigger()
+    _wait_for(lambda: not api.device("node-1").devices[0].health)
+    cond = api.device("node-1").devices[0].conditions[0]
+    assert (cond.reason, cond.message) == (REASON_QUERY_FAILED, "NVML query failed: GPU is lost")
+
+
+def test_failed_start_stops_what_started(fake: FakeLibrary, tmp_path: Path) -> None:
+    class Broken:
+        def start(self) -> None:
+            raise OSError("socket in use")
+
+        def stop(self) -> None:
+            raise AssertionError("never started")
+
+    rec = Recorder()
+    api = FakeNodeAPI()
+    agent = Agent(
+        node_name="n",
+        library=fake,
+        api=api,
+        registry=CollectorRegistry(),
+        kubelet_root=tmp_path,
+        services=[rec.service("first"), Broken()],
+    )
+    with pytest.raises(OSError, match="socket in use"):
+        agent.start()
+    assert rec.started == ["start first", "stop first"]
+    assert not agent.syncer.running
+
+
+def test_inventory_of_a_node_without_the_library() -> None:
+    class Absent(FakeLibrary):
+        def init(self) -> bool:
+            return False
+
+    inventory = NodeInventory(
+        Absent(parse_fake_spec({"gpus": [{"uuid": "G", "minor": 0}]}, Path()))
+    )
+    inventory.open()
+    assert inventory.gpus == ()
+    assert inventory.snapshot().gpus == ()
+    inventory.close()
+
+
+def test_report_once_includes_checkpoint_entries(fake: FakeLibrary, tmp_path: Path) -> None:
+    path = checkpoint_path(tmp_path / "kubelet")
+    path.parent.mkdir(parents=True)
+    path.write_text(
+        json.dumps(
+            {
+                "Data": {
+                    "PodDeviceEntries": [
+                        {
+                            "PodUID": "p1",
+                            "ContainerName": "c",
+                            "ResourceName": "nvidia.com/gpu",
+                            "DeviceIDs": {"-1": ["GPU-1"]},
+                        }
+                    ]
+                },
+                "Checksum": 1,
+            }
+        )
+    )
+    (tmp_path / "health.yaml").write_text(yaml.safe_dump({"GPU-0": {"reason": "Xid48"}}))
+    device = report_once("node-1", fake, tmp_path / "kubelet", clock=lambda: T0)
+    assert isinstance(device, Device) and device.name == "node-1"
+    assert [d.health for d in device.devices] == [False, True]
+    assert device.devices[1].conditions[0].last_transition_time == "2024-05-01T10:00:00Z"
+    assert json.loads(device.annotations["node.koordinator.sh/devices-checkpoints"]) == [
+        {
+            "podUID": "p1",
+            "containerName": "c",
+            "resourceName": "nvidia.com/gpu",
+            "deviceIDs": ["GPU-1"],
+        }
+    ]
+    assert device.devices[1].conditions[0].reason == HEALTHY.reason

@@ -1,0 +1,340 @@
+"""koordlet.cli: `koordlet report --once` end to end in a subprocess, user errors, `run`'s
+lifecycle (signals, registration file) without an API server, durations."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+import structlog
+import yaml
+
+from apis.device import Device
+from koordlet.cli import main, parse_duration
+from runtimehooks.api import api_pb2, api_pb2_grpc
+
+REPO = Path(__file__).resolve().parents[3]
+EXAMPLE = REPO / "config" / "examples" / "fake-gpus.yaml"
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    yield
+    structlog.reset_defaults()  # main() configures structlog for the process
+
+
+def _koordlet() -> list[str]:
+    script = shutil.which("koordlet", path=str(Path(sys.executable).parent))
+    return [script] if script else [sys.executable, "-m", "koordlet.cli"]
+
+
+def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*_koordlet(), *args], capture_output=True, text=True, timeout=timeout, cwd=REPO
+    )
+
+
+@pytest.mark.parametrize("output", ["yaml", "json"])
+def test_report_once_prints_a_valid_device_cr(output: str) -> None:
+    proc = _run(
+        "report",
+        "--once",
+        "--fake-gpus",
+        str(EXAMPLE),
+        "--node-name",
+        "gpu-node-1",
+        "--kubelet-root",
+        "/nonexistent",
+        "-o",
+        output,
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout) if output == "json" else yaml.safe_load(proc.stdout)
+    device = Device.from_dict(doc)
+    assert device.name == "gpu-node-1"
+    assert [d.minor for d in device.devices] == [0, 1, 2, 3]
+    assert all(d.health and d.type == "gpu" for d in device.devices)
+    assert {d.resources["koordinator.sh/gpu-memory"].canonical() for d in device.devices} == {
+        "80Gi"
+    }
+    assert [(d.topology.node_id, d.topology.pcie_id) for d in device.devices if d.topology] == [
+        (0, "pci0000:00"),
+        (0, "pci0000:00"),
+        (1, "pci0000:80"),
+        (1, "pci0000:80"),
+    ]
+    assert device.labels == {
+        "node.koordinator.sh/gpu-vendor": "nvidia",
+        "node.koordinator.sh/gpu-model": "A100-SXM4-80GB",
+        "node.koordinator.sh/gpu-driver-version": "535.129.03",
+    }
+    assert device.to_dict() == doc
+
+
+def test_report_once_with_a_checkpoint(tmp_path: Path) -> None:
+    plugins = tmp_path / "device-plugins"
+    plugins.mkdir()
+    gpu = "GPU-a3b5c7d9-2e4f-4a6b-8c0d-1f3e5a7b9c03"
+    (plugins / "kubelet_internal_checkpoint").write_text(
+        json.dumps(
+            {
+                "Data": {
+                    "PodDeviceEntries": [
+                        {
+                            "PodUID": "legacy",
+                            "ContainerName": "c",
+                            "ResourceName": "nvidia.com/gpu",
+                            "DeviceIDs": {"1": [gpu]},
+                            "AllocResp": "",
+                        }
+                    ],
+                    "RegisteredDevices": {"nvidia.com/gpu": [gpu]},
+                },
+                "Checksum": 42,
+            }
+        )
+    )
+    proc = _run(
+        "report",
+        "--once",
+        "--fake-gpus",
+        str(EXAMPLE),
+        "--node-name",
+        "n",
+        "--kubelet-root",
+        str(tmp_path),
+        "-o",
+        "json",
+    )
+    assert proc.returncode == 0, proc.stderr
+    ann = json.loads(proc.stdout)["metadata"]["annotations"]
+    assert json.loads(ann["node.koordinator.sh/devices-checkpoints"]) == [
+        {
+            "podUID": "legacy",
+            "containerName": "c",
+            "resourceName": "nvidia.com/gpu",
+            "deviceIDs": [gpu],
+        }
+    ]
+
+
+def test_report_without_nvml_is_an_empty_inventory() -> None:
+    proc = _run("report", "--once", "--node-name", "cpu-node", "-o", "json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    if doc["spec"].get("devices"):  # a GPU host: real cards
+        assert all(d["type"] == "gpu" for d in doc["spec"]["devices"])
+    else:
+        assert doc["metadata"] == {"name": "cpu-node"}
+        lines = [json.loads(line) for line in proc.stderr.splitlines()]
+        assert [e["event"] for e in lines] == [
+            "NVML library (libnvidia-ml.so.1) not found: no GPUs on this node"
+        ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        pytest.param(["report"], "pass --once", id="report-without-once"),
+        pytest.param(
+            ["report", "--once", "--fake-gpus", "/nonexistent.yaml"],
+            "--fake-gpus /nonexistent.yaml: cannot read",
+            id="missing-fake-file",
+        ),
+        pytest.param(["run"], "--node-name is required", id="run-without-node"),
+        pytest.param(
+            ["run", "--node-name", "n", "--sync-interval", "soon"],
+            "invalid duration 'soon'",
+            id="bad-interval",
+        ),
+        pytest.param(
+            ["run", "--node-name", "n", "--metrics-bind-address", "9316"],
+            "invalid bind address",
+            id="bad-address",
+        ),
+        pytest.param(
+            [
+                "run",
+                "--node-name",
+                "n",
+                "--kubeconfig",
+                "/nonexistent",
+                "--fake-gpus",
+                str(EXAMPLE),
+            ],
+            "cannot load a kubeconfig (/nonexistent)",
+            id="bad-kubeconfig",
+        ),
+        pytest.param(["frobnicate"], "invalid choice", id="unknown-command"),
+        pytest.param(["report", "--once", "-o", "xml"], "invalid choice", id="bad-output"),
+    ],
+)
+def test_user_errors_are_one_line_exit_2(
+    argv: list[str],
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("koordlet: error: ")
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_bad_fake_file_in_a_subprocess_has_no_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "gpus.yaml"
+    bad.write_text("gpus: [{minor: 0}]")
+    proc = _run("report", "--once", "--fake-gpus", str(bad))
+    assert proc.returncode == 2
+    assert proc.stderr == f"koordlet: error: --fake-gpus {bad}: gpus[0].uuid: required\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("10s", 10.0),
+        ("1s", 1.0),
+        ("500ms", 0.5),
+        ("1m30s", 90.0),
+        ("2", 2.0),
+        ("0.5", 0.5),
+        ("1h", 3600.0),
+        ("1.5s", 1.5),
+    ],
+)
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "s", "10x", "-1s", "0s", "0", "1s2", "ms10"])
+def test_parse_duration_rejects(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_duration(text)
+
+
+# -- run: lifecycle without an API server ----------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    d = Path(tempfile.mkdtemp(prefix="kl-", dir="/tmp"))
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _wait(cond: object, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_run_stops_cleanly_on_signal(short_dir: Path, sig: signal.Signals) -> None:
+    kubeconfig = short_dir / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "c",
+                        "cluster": {
+                            "server": "https://127.0.0.1:1",
+                            "insecure-skip-tls-verify": True,
+                        },
+                    }
+                ],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    port = _free_port()
+    hook_dir, sock = short_dir / "hookserver.d", short_dir / "koordlet.sock"
+    proc = subprocess.Popen(
+        [
+            *_koordlet(),
+            "run",
+            "--node-name",
+            "n1",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--fake-gpus",
+            str(EXAMPLE),
+            "--sync-interval",
+            "1s",
+            "--hook-dir",
+            str(hook_dir),
+            "--socket",
+            str(sock),
+            "--metrics-bind-address",
+            f"127.0.0.1:{port}",
+            "--kubelet-root",
+            str(short_dir),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        _wait(lambda: (hook_dir / "koordlet.json").exists() or proc.poll() is not None)
+        assert proc.poll() is None, proc.communicate()[1]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as r:
+            assert r.status == 200
+        assert sock.exists()
+        with grpc.insecure_channel(f"unix:{sock}") as channel:  # the hook server is wired...
+            req = api_pb2.ContainerResourceHookRequest()
+            req.pod_annotations["scheduling.koordinator.sh/device-allocated"] = (
+                '{"gpu":[{"minor":2,"resources":{"koordinator.sh/gpu-core":"100"}}]}'
+            )
+            resp = api_pb2_grpc.RuntimeHookServiceStub(channel).PreCreateContainerHook(
+                req, timeout=10
+            )
+        assert resp.container_envs["NVIDIA_VISIBLE_DEVICES"] == "2"
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            metrics = r.read().decode()  # ...and timed into the agent's metrics
+        assert (
+            'koordlet_runtime_hook_requests_total{result="success",stage="PreCreateContainer"} 1.0'
+            in metrics
+        )
+        proc.send_signal(sig)
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert not (hook_dir / "koordlet.json").exists()
+    assert not sock.exists()
+    events = [json.loads(line) for line in err.splitlines()]  # every line is a JSON object
+    names = [e["event"] for e in events]
+    assert "koordlet started" in names and names[-1] == "koordlet stopped"
+    assert "device sync failed" in names  # no API server: logged, the agent kept running
+    assert all({"level", "timestamp"} <= e.keys() for e in events)

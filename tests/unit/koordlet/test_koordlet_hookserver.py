@@ -1,0 +1,113 @@
+"""koordlet.hookserver: the runtime-hook server as an agent service, over a real unix socket."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from koordlet.hookserver import HookService, HookServiceError, hook_service
+from runtimehooks.api import api_pb2, api_pb2_grpc
+
+ALLOCATED = (
+    '{"gpu":[{"minor":1,"resources":{"koordinator.sh/gpu-core":"100",'
+    '"koordinator.sh/gpu-memory":"16Gi","koordinator.sh/gpu-memory-ratio":"100"},"id":"GPU-1"}]}'
+)
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    d = Path(tempfile.mkdtemp(prefix="kl-", dir="/tmp"))  # unix socket paths are short
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+class Observed:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def __call__(self, stage: str, result: str, seconds: float) -> None:
+        assert seconds >= 0
+        self.calls.append((stage, result))
+
+
+def _request() -> api_pb2.ContainerResourceHookRequest:
+    req = api_pb2.ContainerResourceHookRequest()
+    req.pod_meta.name, req.pod_meta.namespace, req.pod_meta.uid = "p", "default", "uid-p"
+    req.container_meta.name = "cuda"
+    req.pod_annotations["scheduling.koordinator.sh/device-allocated"] = ALLOCATED
+    req.container_envs["PATH"] = "/usr/bin"
+    return req
+
+
+@pytest.mark.parametrize(("by", "visible"), [("minor", "1"), ("uuid", "GPU-1")])
+def test_serves_registers_and_cleans_up(short_dir: Path, by: str, visible: str) -> None:
+    sock, hooks = short_dir / "run" / "koordlet.sock", short_dir / "hookserver.d"
+    observed = Observed()
+    service = hook_service(
+        socket_path=str(sock), hook_dir=str(hooks), visible_devices_by=by, observe=observed
+    )
+    assert isinstance(service, HookService)
+    service.start()
+    try:
+        registration = json.loads((hooks / "koordlet.json").read_text())
+        assert registration == {
+            "remote-endpoint": str(sock),
+            "failure-policy": "Ignore",
+            "runtime-hooks": ["PreCreateContainer"],
+        }
+        assert oct(sock.stat().st_mode & 0o777) == "0o600"
+        with grpc.insecure_channel(f"unix:{sock}") as channel:
+            stub = api_pb2_grpc.RuntimeHookServiceStub(channel)
+            resp = stub.PreCreateContainerHook(_request(), timeout=10)
+        assert resp.container_envs["NVIDIA_VISIBLE_DEVICES"] == visible
+        assert resp.container_envs["PATH"] == "/usr/bin"
+        assert observed.calls == [("PreCreateContainer", "success")]
+    finally:
+        service.stop()
+    assert not (hooks / "koordlet.json").exists()
+    assert not sock.exists()
+    service.stop()  # idempotent
+
+
+def test_empty_socket_disables_the_hook_server() -> None:
+    assert (
+        hook_service(socket_path="", hook_dir="/x", visible_devices_by="minor", observe=Observed())
+        is None
+    )
+
+
+def test_no_hook_dir_means_no_registration(short_dir: Path) -> None:
+    service = hook_service(
+        socket_path=str(short_dir / "s.sock"),
+        hook_dir="",
+        visible_devices_by="minor",
+        observe=Observed(),
+    )
+    assert service is not None
+    service.start()
+    assert service.registration is None
+    service.stop()
+
+
+def test_a_path_that_is_not_a_socket_is_a_start_error(short_dir: Path) -> None:
+    sock = short_dir / "not-a-socket"
+    sock.write_text("precious")
+    service = hook_service(
+        socket_path=str(sock),
+        hook_dir=str(short_dir / "h"),
+        visible_devices_by="minor",
+        observe=Observed(),
+    )
+    assert service is not None
+    with pytest.raises(HookServiceError, match="not a socket"):
+        service.start()
+    assert sock.read_text() == "precious"
+    assert not (short_dir / "h" / "koordlet.json").exists()
