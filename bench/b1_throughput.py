@@ -119,9 +119,11 @@ class AttemptRecorder:
     def __init__(self) -> None:
         self.durations: list[float] = []
         self.results: dict[str, int] = {}
+        self.filter_seconds: list[float] = []
 
     def extension_point(self, profile: str, ep: str, status: str, seconds: float) -> None:
-        pass
+        if ep == "Filter":
+            self.filter_seconds.append(seconds)
 
     def plugin(self, plugin: str, ep: str, status: str, seconds: float) -> None:
         pass
@@ -170,6 +172,7 @@ def run_case(nodes: int, mix: str, prefill: bool, seed: int = 1) -> dict[str, An
         sched.run_until_idle(timeout=3600)
         recorder.durations.clear()
         recorder.results.clear()
+        recorder.filter_seconds.clear()
     count = 2 * nodes
     for j in range(count):
         cluster.apply_pod(pod_obj(f"p-{j}", pod_requests(rng, mix)))
@@ -191,6 +194,9 @@ def run_case(nodes: int, mix: str, prefill: bool, seed: int = 1) -> dict[str, An
         "pods_per_s": count / elapsed,
         "p50_ms": 1000 * statistics.median(d) if d else 0.0,
         "p99_ms": 1000 * d[int(0.99 * (len(d) - 1))] if d else 0.0,
+        "filter_ms": 1000 * statistics.mean(recorder.filter_seconds)
+        if recorder.filter_seconds
+        else 0.0,
         "results": dict(recorder.results),
     }
 
@@ -210,14 +216,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"{'nodes':>6} {'pods':>6} {'bound':>6} {'prefill':>7} {'pods/s':>8} {'p50 ms':>7} "
-        f"{'p99 ms':>7} {'seconds':>8}"
+        f"{'p99 ms':>7} {'filter ms':>9} {'seconds':>8}"
     )
     for n in (int(x) for x in args.nodes.split(",")):
         r = run_case(n, args.mix, args.prefill)
         print(
             f"{r['nodes']:>6} {r['pods']:>6} {r['bound']:>6} {r['prefill']!s:>7} "
             f"{r['pods_per_s']:>8.0f} {r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f} "
-            f"{r['seconds']:>8.2f}",
+            f"{r['filter_ms']:>9.3f} {r['seconds']:>8.2f}",
             flush=True,
         )
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
