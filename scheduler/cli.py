@@ -1,7 +1,13 @@
 """``koord-scheduler``: the composition root, the only place adapters are built.
 
 Subcommands:
+  run             the scheduler against a real cluster (kubeconfig or in-cluster), with leader
+                  election, /healthz /livez /readyz /metrics, and JSON logs.
   simulate FILE   schedule a scenario on the embedded in-memory cluster and report.
+  inspect [NODE]  the per-node, per-GPU allocation table of a live cluster (or of files).
+
+The Kubernetes adapter (and the ``kubernetes`` client behind it) is imported only by ``run``
+and ``inspect``, so ``simulate`` starts fast and works without it.
 
 User errors (bad files, bad configuration) print one line on stderr and exit 2; there is no
 traceback for them. A completed run exits 0, unschedulable pods included.
@@ -10,12 +16,27 @@ traceback for them. A completed run exits 0, unschedulable pods included.
 from __future__ import annotations
 
 import argparse
+import os
+import signal
+import socket
 import sys
+import threading
+import uuid
 from collections.abc import Sequence
+from typing import Any
 
+import structlog
+
+from scheduler import logs
 from scheduler.config import ConfigError, SchedulerConfiguration, default_config, load_config
 from scheduler.framework.runtime import FrameworkError
+from scheduler.inspect import InspectError, load_objects, render_inspect
 from scheduler.plugins.registry import default_plugins, in_tree_registry
+from scheduler.simulator.replay_cli import (
+    ReplayUsageError,
+    add_trace_arguments,
+    run_trace_command,
+)
 from scheduler.simulator.report import render
 from scheduler.simulator.run import simulate
 from scheduler.simulator.scenario import ScenarioError, load_scenario
@@ -38,6 +59,13 @@ def _load_config(path: str | None) -> SchedulerConfiguration:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
+    if args.nodes or args.pods:  # trace mode (SPEC §9): scheduler/simulator/replay_cli.py
+        try:
+            return run_trace_command(args, in_tree_registry(), default_plugins())
+        except ReplayUsageError as exc:
+            raise UserError(str(exc)) from None
+    if args.file is None:
+        raise UserError("simulate needs a scenario FILE, or --nodes and --pods (a trace)")
     config = _load_config(args.config)
     try:
         scenario = load_scenario(args.file)
@@ -49,6 +77,307 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         raise UserError(f"{args.config or 'default configuration'}: {exc}") from None
     sys.stdout.write(render(result, args.output))
     return 0
+
+
+# -- run --------------------------------------------------------------------------------------
+
+
+def _identity() -> str:
+    return f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4()}"
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from scheduler.health import Check, HealthServer
+    from scheduler.kube.cluster import KubeCluster
+    from scheduler.kube.events import EventRecorder
+    from scheduler.kube.leader import KubeLeaseStore, LeaderElector
+    from scheduler.kube.ratelimit import TokenBucket
+    from scheduler.kube.rest import CredentialsError, RestClient, Urllib3Transport, load_credentials
+    from scheduler.metrics import SchedulerMetrics
+    from scheduler.scheduler import Scheduler
+
+    config = _load_config(args.config)
+    if args.leader_elect is not None:
+        election = dataclasses.replace(config.leader_election, leader_elect=args.leader_elect)
+        config = dataclasses.replace(config, leader_election=election)
+    log = structlog.get_logger("koord-scheduler")
+    try:
+        creds = load_credentials(args.kubeconfig, args.master, args.context)
+    except CredentialsError as exc:
+        raise UserError(str(exc)) from None
+    identity = args.identity or _identity()
+    transport = Urllib3Transport(creds, pool_size=args.bind_workers + 16)
+    rest = RestClient(
+        transport, token=creds.token, limiter=TokenBucket(args.kube_api_qps, args.kube_api_burst)
+    )
+    recorder = EventRecorder(
+        rest.with_limiter(None), qps=args.event_qps, burst=args.event_burst, host=identity
+    )
+    cluster = KubeCluster(rest, recorder, bind_mode=args.bind_mode)
+    metrics = SchedulerMetrics()
+    try:
+        sched = Scheduler(
+            config,
+            cluster,
+            in_tree_registry(),
+            default_plugins(),
+            observer=metrics,
+            bind_workers=args.bind_workers,
+            on_incoming=metrics.incoming,
+            log_decisions=True,
+        )
+    except FrameworkError as exc:
+        raise UserError(f"{args.config or 'default configuration'}: {exc}") from None
+    metrics.watch_queue(lambda: sched.queue_stats)
+    metrics.watch_devices(cluster.view)
+
+    le = config.leader_election
+    elector: LeaderElector | None = None
+    if le.leader_elect:
+        store = KubeLeaseStore(
+            rest.with_limiter(None), le.resource_namespace, le.resource_name, le.renew_deadline
+        )
+        elector = LeaderElector(
+            store,
+            identity,
+            lease_duration=le.lease_duration,
+            renew_deadline=le.renew_deadline,
+            retry_period=le.retry_period,
+        )
+    scheduler_thread = threading.current_thread()
+
+    def threads_alive() -> str | None:
+        dead = [i.kind for i in cluster.informers if not i.alive]
+        if elector is not None and not elector.alive:
+            dead.append("leader-elector")
+        if not scheduler_thread.is_alive():
+            dead.append("scheduler")
+        return f"threads not running: {', '.join(dead)}" if dead else None
+
+    def caches() -> str | None:
+        if not cluster.synced():
+            waiting = [i.kind for i in cluster.informers if not i.synced]
+            return f"caches not synced: {', '.join(waiting)}"
+        bad = cluster.unhealthy()
+        return "; ".join(bad) if bad else None
+
+    def leadership() -> str | None:
+        if elector is None or elector.leading or elector.standby_healthy:
+            return None
+        return "cannot read the leader election Lease"
+
+    try:
+        server = HealthServer(
+            args.bind_address,
+            args.port,
+            live=[Check("ping", lambda: None), Check("threads", threads_alive)],
+            ready=[
+                Check("ping", lambda: None),
+                Check("informer-sync", caches),
+                Check("leader-election", leadership),
+            ],
+            metrics=metrics.exposition,
+        )
+    except OSError as exc:
+        raise UserError(f"cannot listen on {args.bind_address}:{args.port}: {exc}") from None
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        log.info("stopping", signal=signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    log.info(
+        "starting",
+        identity=identity,
+        server=creds.host,
+        profiles=[p.scheduler_name for p in config.profiles],
+        leader_elect=le.leader_elect,
+        port=server.port,
+    )
+    server.start()
+    cluster.start()
+    if elector is not None:
+        elector.start()
+
+    def ready() -> bool:
+        return cluster.synced() and (elector is None or elector.leading)
+
+    try:
+        sched.run(stop, ready)
+    finally:
+        if elector is not None:
+            elector.stop(release=True)
+        cluster.stop()
+        sched.close()
+        server.stop()
+        transport.close()
+        log.info("stopped")
+    return 0
+
+
+# -- inspect ----------------------------------------------------------------------------------
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    if args.file:
+        try:
+            nodes, devices, pods = load_objects(args.file)
+        except InspectError as exc:
+            raise UserError(str(exc)) from None
+    else:
+        from scheduler.kube.cluster import fetch_view
+        from scheduler.kube.rest import (
+            CredentialsError,
+            KubeError,
+            RestClient,
+            Urllib3Transport,
+            load_credentials,
+        )
+
+        try:
+            creds = load_credentials(args.kubeconfig, args.master, args.context)
+        except CredentialsError as exc:
+            raise UserError(str(exc)) from None
+        transport = Urllib3Transport(creds, pool_size=2)
+        try:
+            view = fetch_view(RestClient(transport, token=creds.token))
+        except KubeError as exc:
+            raise UserError(f"{creds.host}: {exc}") from None
+        finally:
+            transport.close()
+        nodes, devices, pods = dict(view.nodes), view.devices, view.pods
+    try:
+        sys.stdout.write(render_inspect(nodes, devices, pods, args.node))
+    except InspectError as exc:
+        raise UserError(str(exc)) from None
+    return 0
+
+
+def _kube_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig file")
+    parser.add_argument("--master", metavar="URL", help="API server address (overrides)")
+    parser.add_argument("--context", metavar="NAME", help="kubeconfig context")
+
+
+def _bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("true", "1", "yes"):
+        return True
+    if value in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _add_run(sub: Any) -> None:
+    run = sub.add_parser(
+        "run",
+        help="schedule pods on a real cluster",
+        description=(
+            "Run koord-scheduler against the cluster of --kubeconfig (or in-cluster): "
+            "list/watch Nodes, Pods and Device CRs, schedule pods whose schedulerName is one "
+            "of the profiles, bind them with their device allocation. Serves /healthz, "
+            "/livez, /readyz and /metrics on --bind-address:--port."
+        ),
+    )
+    run.add_argument("--config", metavar="CFG", help="KubeSchedulerConfiguration file")
+    _kube_flags(run)
+    run.add_argument(
+        "--kube-api-qps",
+        type=float,
+        default=500.0,
+        metavar="QPS",
+        help="client-side rate limit of API requests: binds, status patches, lists "
+        "(default 500; <= 0: none)",
+    )
+    run.add_argument(
+        "--kube-api-burst",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="client-side request burst (default 1000)",
+    )
+    run.add_argument(
+        "--event-qps",
+        type=float,
+        default=50.0,
+        metavar="QPS",
+        help="event writes per second, all pods together (default 50)",
+    )
+    run.add_argument(
+        "--event-burst", type=int, default=100, metavar="N", help="event write burst (default 100)"
+    )
+    run.add_argument(
+        "--bind-address",
+        default="0.0.0.0",
+        metavar="ADDR",
+        help="address of the HTTP endpoints (default 0.0.0.0)",
+    )
+    run.add_argument(
+        "--port",
+        type=int,
+        default=10251,
+        help="port of /healthz, /livez, /readyz, /metrics (default 10251; 0: any)",
+    )
+    run.add_argument(
+        "--bind-mode",
+        choices=("binding", "patch"),
+        default="binding",
+        help="binding: the device annotation rides on the pods/binding write "
+        "(one write, default); patch: patch the annotation, then bind",
+    )
+    run.add_argument(
+        "--bind-workers",
+        type=int,
+        default=64,
+        metavar="N",
+        help="concurrent binding cycles and cluster writes (default 64; kube-scheduler binds "
+        "every pod in its own goroutine)",
+    )
+    run.add_argument(
+        "--leader-elect",
+        type=_bool,
+        default=None,
+        metavar="BOOL",
+        help="override leaderElection.leaderElect of the configuration",
+    )
+    run.add_argument(
+        "--identity",
+        metavar="ID",
+        help="leader election identity (default: $POD_NAME or hostname + uuid)",
+    )
+    run.add_argument(
+        "--log-format", choices=logs.FORMATS, default="json", help="json lines (default) or console"
+    )
+    run.add_argument("--log-level", choices=logs.LEVELS, default="info")
+    run.set_defaults(func=cmd_run)
+
+
+def _add_inspect(sub: Any) -> None:
+    insp = sub.add_parser(
+        "inspect",
+        help="per-node, per-GPU allocation table of a live cluster",
+        description=(
+            "Show every GPU of every node (or of NODE): allocated/total gpu-core and "
+            "gpu-memory, the pods on each card, unhealthy cards marked. Reads a live cluster, "
+            "or YAML/JSON files with --file (scenarios, `simulate -o yaml` output, "
+            "`kubectl get -o yaml` lists; later files override earlier ones)."
+        ),
+    )
+    insp.add_argument("node", nargs="?", metavar="NODE", help="only this node")
+    _kube_flags(insp)
+    insp.add_argument(
+        "-f",
+        "--file",
+        action="append",
+        metavar="FILE",
+        help="read objects from FILE instead of a cluster (repeatable)",
+    )
+    insp.set_defaults(func=cmd_inspect)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -66,7 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
             "on an in-memory cluster, and report the placements."
         ),
     )
-    sim.add_argument("file", metavar="FILE", help="scenario YAML")
+    sim.add_argument("file", metavar="FILE", nargs="?", help="scenario YAML")
     sim.add_argument("--config", metavar="CFG", help="KubeSchedulerConfiguration file")
     sim.add_argument(
         "-o",
@@ -76,13 +405,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="table (default), or every pod as it would be on the API server",
     )
     sim.add_argument("--seed", type=int, default=0, help="seed for tie-breaking (default 0)")
+    add_trace_arguments(sim)
     sim.set_defaults(func=cmd_simulate)
+    _add_run(sub)
+    _add_inspect(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "run":
+        logs.configure(args.log_format, args.log_level)
+    else:  # stdout is the command's output: logs go to stderr, warnings and up only
+        logs.configure("console", "warning", stdlib=False)
     try:
         code: int = args.func(args)
     except UserError as exc:

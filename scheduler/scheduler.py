@@ -47,6 +47,7 @@ from scheduler.framework.status import Code, Status
 from scheduler.framework.types import Diagnosis, FitError, SlotNodes
 
 PLUGIN_METRICS_SAMPLE_PERCENT = 10
+QUEUE_STATS_INTERVAL = 1.0
 
 log = structlog.get_logger("koord-scheduler")
 
@@ -90,12 +91,12 @@ class _BindOutcome:
 
 
 @dataclass(frozen=True, slots=True)
-class Placement:
-    """A decision of the scheduling cycle (what the simulator reports)."""
+class QueueStats:
+    """A snapshot of the queue for metrics, published by ``run`` on the scheduling thread:
+    pods per sub-queue, and pods in the unschedulable pool per (rejecting plugin, profile)."""
 
-    pod_key: str
-    node: str
-    annotations: Mapping[str, str]
+    pending: Mapping[str, int]
+    unschedulable: Mapping[tuple[str, str], int]
 
 
 class Scheduler:
@@ -112,6 +113,8 @@ class Scheduler:
         rng: random.Random | None = None,
         observer: SchedulerObserver | None = None,
         bind_workers: int = 4,
+        on_incoming: Callable[[str, str], None] | None = None,
+        log_decisions: bool = False,
     ) -> None:
         self.config = config
         self.cluster = cluster
@@ -148,15 +151,19 @@ class Scheduler:
             initial_backoff=config.pod_initial_backoff_seconds,
             max_backoff=config.pod_max_backoff_seconds,
             registered_events={e: frozenset(n) for e, n in registered.items()},
+            on_incoming=on_incoming,
         )
+        self._log_decisions = log_decisions
+        self.queue_stats: QueueStats | None = None
+        self._stats_due = float("-inf")
         self._inbox: stdqueue.SimpleQueue[Change | _BindOutcome] = stdqueue.SimpleQueue()
         self._binder = ThreadPoolExecutor(max(1, bind_workers), thread_name_prefix="bind")
         self._in_flight = 0
         self._io_lock = threading.Lock()
         self._pending_io: set[Future[None]] = set()
         self._next_start_index = 0
-        self.placements: list[Placement] = []
         self.failures: dict[str, str] = {}
+        """Pod key -> the last failure message, for pods still waiting (the simulator's report)."""
         self.cluster.subscribe(self._inbox.put)
 
     # -- events -----------------------------------------------------------------------------------
@@ -204,6 +211,7 @@ class Scheduler:
             else:
                 if old is not None:
                     self.queue.delete(old)
+                self.failures.pop(new.key, None)
                 self.cache.add_pod(new)
                 self.queue.assigned_pod_added(new)
             return
@@ -216,6 +224,7 @@ class Scheduler:
         if new is None or new.terminal or new.terminating or not self._responsible(new):
             if old is not None:
                 self.queue.delete(old)
+                self.failures.pop(old.key, None)
             return
         if old is None:
             self.queue.add(new)
@@ -259,8 +268,11 @@ class Scheduler:
             self.drain(block=True, timeout=0.05)
 
     def run(self, stop: threading.Event, ready: Callable[[], bool] = lambda: True) -> None:
-        """The long-running loop: schedule while ``ready()``, sleep on the inbox otherwise."""
+        """The long-running loop: schedule while ``ready()``, sleep on the inbox otherwise.
+
+        Also publishes ``queue_stats`` (for metrics) at most every ``QUEUE_STATS_INTERVAL``."""
         while not stop.is_set():
+            self._publish_queue_stats()
             if ready() and self.schedule_one():
                 continue
             wake = self.queue.next_wakeup()
@@ -270,6 +282,20 @@ class Scheduler:
     def close(self) -> None:
         self._binder.shutdown(wait=True)
         self.drain()
+
+    def _publish_queue_stats(self) -> None:
+        now = self.clock.now()
+        if now < self._stats_due:
+            return
+        self._stats_due = now + QUEUE_STATS_INTERVAL
+        unschedulable: dict[tuple[str, str], int] = {}
+        for qpi in self.queue.pending_pods():
+            if self.queue.sub_queue_of(qpi.key) != "unschedulable":
+                continue
+            for plugin in qpi.unschedulable_plugins | qpi.pending_plugins:
+                key = (plugin, qpi.pod.scheduler_name)
+                unschedulable[key] = unschedulable.get(key, 0) + 1
+        self.queue_stats = QueueStats(self.queue.pending_counts(), unschedulable)
 
     # -- scheduling cycle -------------------------------------------------------------------------
 
@@ -284,10 +310,20 @@ class Scheduler:
         except FitError as err:
             self._fail(fwk, qpi, err.message, err.diagnosis.unschedulable_plugins, cycle)
             self.observer.attempt("unschedulable", fwk.name, time.perf_counter() - start)
+            if self._log_decisions:
+                log.info(
+                    "unschedulable",
+                    pod=pod.key,
+                    cycle=cycle,
+                    attempts=qpi.attempts,
+                    reason=err.message,
+                )
             return
         except _CycleError as err:
             self._fail(fwk, qpi, err.status.message, set(), cycle, error=True)
             self.observer.attempt("error", fwk.name, time.perf_counter() - start)
+            if self._log_decisions:
+                log.warning("scheduling error", pod=pod.key, cycle=cycle, error=err.status.message)
             return
 
         assumed = dataclasses.replace(pod, node_name=node_name)
@@ -307,6 +343,8 @@ class Scheduler:
             self.observer.attempt(_result_of(status), fwk.name, time.perf_counter() - start)
             return
         self.observer.attempt("scheduled", fwk.name, time.perf_counter() - start)
+        if self._log_decisions:
+            log.info("scheduled", pod=pod.key, node=node_name, cycle=cycle, attempts=qpi.attempts)
         self._in_flight += 1
         self._binder.submit(self._binding_cycle, fwk, state, qpi, assumed, wait)
 
@@ -394,9 +432,6 @@ class Scheduler:
         if status is None:
             self.cache.finish_binding(assumed)
             qpi = outcome.qpi
-            self.placements.append(
-                Placement(assumed.key, assumed.node_name, dict(outcome.state.bind_annotations))
-            )
             self.failures.pop(assumed.key, None)
             first = qpi.initial_attempt_timestamp or qpi.timestamp
             self.observer.scheduled(qpi.attempts, self.clock.now() - first)
@@ -411,6 +446,14 @@ class Scheduler:
         fwk.run_unreserve(outcome.state, assumed, assumed.node_name)
         self.cache.forget_pod(assumed)
         gone = isinstance(status.error, BindError) and status.error.gone
+        if self._log_decisions:
+            log.warning(
+                "binding failed",
+                pod=assumed.key,
+                node=assumed.node_name,
+                gone=gone,
+                error=status.message,
+            )
         if gone:
             return  # deleted or bound by someone else: nothing to retry
         message = f"Binding rejected: {status.message}"

@@ -1,0 +1,138 @@
+"""The scheduler's HTTP endpoints on one port: ``/healthz``, ``/livez``, ``/readyz``, ``/metrics``.
+
+Role: what the kubelet's probes and Prometheus talk to. ``/livez`` and ``/healthz`` run the
+liveness checks (the process's threads are alive), ``/readyz`` the readiness checks (caches
+synced and connected; leading, or a healthy standby). Each answers ``200 ok``, or ``503`` with
+one ``[-]<check> failed: <reason>`` line per failed check, as kube components do; ``?verbose``
+lists every check (``[+]<check> ok``). ``/metrics`` serves the Prometheus text format from the
+function it is given.
+
+Invariants: checks are plain callables returning None (ok) or a reason, evaluated on every
+request, so an answer is never stale; a check that raises counts as failed. The server runs in
+its own daemon threads, started by ``start()`` and ended by ``stop()``; it never touches
+scheduling state except through the callables it was given.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+import structlog
+
+__all__ = ["Check", "HealthServer", "run_checks"]
+
+log = structlog.get_logger("koord-scheduler.http")
+
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """A named probe: returns None when healthy, else the reason it is not."""
+
+    name: str
+    probe: Callable[[], str | None]
+
+
+def run_checks(checks: Sequence[Check], what: str, verbose: bool) -> tuple[bool, str]:
+    """(ok, body) in kube's healthz format."""
+    lines: list[str] = []
+    ok = True
+    for check in checks:
+        try:
+            reason = check.probe()
+        except Exception as exc:  # a broken probe is a failed probe
+            reason = f"{type(exc).__name__}: {exc}"
+        if reason is None:
+            if verbose:
+                lines.append(f"[+]{check.name} ok")
+        else:
+            ok = False
+            lines.append(f"[-]{check.name} failed: {reason}")
+    if ok and not verbose:
+        return True, "ok"
+    lines.append(f"{what} check passed" if ok else f"{what} check failed")
+    return ok, "\n".join(lines)
+
+
+class HealthServer:
+    """One HTTP port for probes and metrics (see the module docstring)."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        live: Sequence[Check] = (),
+        ready: Sequence[Check] = (),
+        metrics: Callable[[], bytes] | None = None,
+    ) -> None:
+        self.live = list(live)
+        self.ready = list(ready)
+        self._metrics = metrics
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                server._serve(self)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self._httpd = ThreadingHTTPServer((host, port), Handler)
+        self._httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, name="http", kwargs={"poll_interval": 0.2}
+        )
+        self._thread.daemon = True
+        self._thread.start()
+        log.info("serving", address=self._httpd.server_address[0], port=self.port)
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def _serve(self, req: BaseHTTPRequestHandler) -> None:
+        url = urlsplit(req.path)
+        verbose = "verbose" in parse_qs(url.query, keep_blank_values=True)
+        path = url.path.rstrip("/") or "/"
+        if path in ("/healthz", "/livez"):
+            ok, body = run_checks(self.live, path[1:], verbose)
+            self._reply(req, 200 if ok else 503, body.encode() + b"\n", "text/plain")
+        elif path == "/readyz":
+            ok, body = run_checks(self.ready, "readyz", verbose)
+            self._reply(req, 200 if ok else 503, body.encode() + b"\n", "text/plain")
+        elif path == "/metrics" and self._metrics is not None:
+            try:
+                data = self._metrics()
+            except Exception as exc:
+                log.exception("metrics exposition failed")
+                self._reply(req, 500, f"{exc}\n".encode(), "text/plain")
+                return
+            self._reply(req, 200, data, PROMETHEUS_TEXT)
+        else:
+            self._reply(req, 404, b"404 page not found\n", "text/plain")
+
+    @staticmethod
+    def _reply(req: BaseHTTPRequestHandler, code: int, body: bytes, content_type: str) -> None:
+        req.send_response(code)
+        req.send_header("Content-Type", content_type)
+        req.send_header("Content-Length", str(len(body)))
+        req.send_header("X-Content-Type-Options", "nosniff")
+        req.end_headers()
+        req.wfile.write(body)

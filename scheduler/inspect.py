@@ -1,0 +1,305 @@
+"""Per-card allocation, as a user could read it off the API server: the operator's view.
+
+Role: the one place that turns Device CRs and pods' ``device-allocated`` annotations into a
+per-card account (capacity, allocated amounts, pods) and renders the per-node, per-GPU table.
+Three users share it: the simulator's report, ``koord-scheduler inspect`` (live cluster or
+files) and the device metrics collector.
+
+Invariants:
+
+- Pure: imports only ``apis`` and PyYAML (``load_objects``); no scheduler state is read, so
+  the table shows what the node agent would enforce, not the scheduler's internal ledger.
+- Only bound, non-terminal pods count. An unhealthy card keeps its capacity and its users
+  and is marked ``UNHEALTHY``.
+- A bad annotation never raises: the pod is listed as ``<ns/name><invalid annotation>`` on
+  the first GPU (else first card) of its node and appended to ``errors`` when one is given.
+- For a GPU, memory missing from an allocation is filled from its ratio
+  (``ratio * total // 100``) and a missing ratio from its memory (``memory * 100 // total``),
+  as the node agent reads the annotation (SPEC §3).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, AllocationDecodeError, decode_allocations
+from apis.core import Node, Pod, decode_node, decode_pod
+from apis.device import LABEL_GPU_MODEL, Device
+from apis.quantity import Quantity, format_quantity
+from apis.resources import (
+    GPU_CORE,
+    GPU_MEMORY,
+    GPU_MEMORY_RATIO,
+    memory_from_ratio,
+    ratio_from_memory,
+)
+
+__all__ = [
+    "INVALID",
+    "CardUsage",
+    "InspectError",
+    "card_usage",
+    "cards_table",
+    "gpu_summary",
+    "load_objects",
+    "render_inspect",
+]
+
+INVALID = "<invalid annotation>"
+
+
+class InspectError(ValueError):
+    """Bad input for ``inspect`` (one line)."""
+
+
+@dataclass(slots=True)
+class CardUsage:
+    """One device of one node and what the bound pods' annotations allocate on it."""
+
+    node: str
+    device_type: str
+    minor: int
+    uuid: str
+    model: str
+    healthy: bool
+    capacity: dict[str, int]
+    allocated: dict[str, int] = field(default_factory=dict)
+    pods: list[str] = field(default_factory=list)
+
+    @property
+    def core_total(self) -> int:
+        return self.capacity.get(GPU_CORE, 0)
+
+    @property
+    def memory_total(self) -> int:
+        return self.capacity.get(GPU_MEMORY, 0)
+
+    @property
+    def core_used(self) -> int:
+        return self.allocated.get(GPU_CORE, 0)
+
+    @property
+    def memory_used(self) -> int:
+        return self.allocated.get(GPU_MEMORY, 0)
+
+
+def _int(q: Quantity | int | None) -> int:
+    if q is None:
+        return 0
+    if isinstance(q, int):
+        return q
+    return -((-q.value.numerator) // q.value.denominator)
+
+
+Decoder = Callable[[str], Mapping[str, Sequence[Any]]]
+
+
+def card_usage(
+    nodes: Mapping[str, Node],
+    devices: Iterable[Device],
+    pods: Iterable[Pod],
+    *,
+    decode: Decoder = decode_allocations,
+    errors: list[Pod] | None = None,
+) -> list[CardUsage]:
+    """Every device with a minor of every Device CR, sorted by (node, type, minor)."""
+    cards: dict[tuple[str, str, int], CardUsage] = {}
+    first_card: dict[str, CardUsage] = {}
+    for device in sorted(devices, key=lambda d: d.name):
+        node = nodes.get(device.name)
+        model = node.labels.get(LABEL_GPU_MODEL, "") if node is not None else ""
+        for d in device.devices:
+            if d.minor is None or not d.type:
+                continue
+            card = CardUsage(
+                node=device.name,
+                device_type=d.type,
+                minor=d.minor,
+                uuid=d.id,
+                model=model if d.type == "gpu" else "",
+                healthy=d.health,
+                capacity={name: _int(q) for name, q in d.resources.items()},
+            )
+            cards[(device.name, d.type, d.minor)] = card
+            prev = first_card.get(device.name)
+            if prev is None or (prev.device_type != "gpu" and d.type == "gpu"):
+                first_card[device.name] = card
+    for pod in pods:
+        if not pod.node_name or pod.terminal:
+            continue
+        text = pod.annotations.get(ANNOTATION_DEVICE_ALLOCATED)
+        if not text:
+            continue
+        try:
+            allocations = decode(text)
+        except AllocationDecodeError:
+            if errors is not None:
+                errors.append(pod)
+            where = first_card.get(pod.node_name)
+            if where is not None:
+                where.pods.append(f"{pod.key}{INVALID}")
+            continue
+        for device_type, allocs in allocations.items():
+            for alloc in allocs:
+                used = cards.get((pod.node_name, device_type, alloc.minor))
+                if used is not None:
+                    _charge(used, alloc.resources)
+                    used.pods.append(pod.key)
+    return [cards[k] for k in sorted(cards)]
+
+
+def _charge(card: CardUsage, resources: Mapping[str, Quantity]) -> None:
+    amounts = {name: _int(q) for name, q in resources.items()}
+    if card.device_type == "gpu":
+        total = card.memory_total
+        if not amounts.get(GPU_MEMORY) and total:
+            amounts[GPU_MEMORY] = memory_from_ratio(amounts.get(GPU_MEMORY_RATIO, 0), total)
+        if GPU_MEMORY_RATIO not in amounts and total:
+            amounts[GPU_MEMORY_RATIO] = ratio_from_memory(amounts.get(GPU_MEMORY, 0), total)
+        amounts.setdefault(GPU_CORE, 0)
+    for name, value in amounts.items():
+        card.allocated[name] = card.allocated.get(name, 0) + value
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendering
+
+
+def _mem(n: int) -> str:
+    return format_quantity(n, "BinarySI")
+
+
+def table(rows: Sequence[Sequence[str]]) -> str:
+    """Left-aligned columns separated by two spaces, trailing blanks stripped."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for r in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    return "\n".join(lines)
+
+
+def cards_table(cards: Sequence[CardUsage]) -> str:
+    """The per-node, per-GPU table (GPUs only; the node name only on its first row)."""
+    rows = [["NODE", "GPU", "MODEL", "HEALTH", "GPU-CORE", "GPU-MEMORY", "PODS"]]
+    last = ""
+    for c in cards:
+        if c.device_type != "gpu":
+            continue
+        rows.append(
+            [
+                c.node if c.node != last else "",
+                str(c.minor),
+                c.model or "-",
+                "ok" if c.healthy else "UNHEALTHY",
+                f"{c.core_used}/{c.core_total}",
+                f"{_mem(c.memory_used)}/{_mem(c.memory_total)}",
+                ", ".join(c.pods) or "-",
+            ]
+        )
+        last = c.node
+    return table(rows)
+
+
+def gpu_summary(cards: Sequence[CardUsage]) -> str | None:
+    """``GPU allocation: ...`` over every GPU (totals over healthy ones); None without GPUs."""
+    gpus = [c for c in cards if c.device_type == "gpu"]
+    healthy = [c for c in gpus if c.healthy]
+    core_total = sum(c.core_total for c in healthy)
+    mem_total = sum(c.memory_total for c in healthy)
+    if not core_total:
+        return None
+    core_used = sum(c.core_used for c in gpus)
+    mem_used = sum(c.memory_used for c in gpus)
+    return (
+        f"GPU allocation: gpu-core {core_used}/{core_total} "
+        f"({100 * core_used / core_total:.1f}%), gpu-memory {_mem(mem_used)}/{_mem(mem_total)}"
+        f" ({100 * mem_used / mem_total if mem_total else 0:.1f}%) on {len(healthy)} healthy"
+        f" GPUs"
+    )
+
+
+def render_inspect(
+    nodes: Mapping[str, Node],
+    devices: Sequence[Device],
+    pods: Sequence[Pod],
+    node: str | None = None,
+) -> str:
+    """The ``inspect`` output: the GPU table (of one node, when given) and the summary."""
+    if node is not None:
+        if node not in nodes and all(d.name != node for d in devices):
+            raise InspectError(f"node {node!r} not found")
+        devices = [d for d in devices if d.name == node]
+        if not devices:
+            return f"node {node} has no Device CR: no devices to show\n"
+    cards = card_usage(nodes, devices, pods)
+    gpus = [c for c in cards if c.device_type == "gpu"]
+    if not gpus:
+        return "no GPUs found in the Device CRs\n"
+    out = ["GPU CARDS (allocated/total)", cards_table(gpus)]
+    unhealthy = sum(1 for c in gpus if not c.healthy)
+    pods_on_cards = {p for c in gpus for p in c.pods}
+    out.append("")
+    out.append(
+        f"{len({c.node for c in gpus})} nodes, {len(gpus)} GPUs ({unhealthy} unhealthy), "
+        f"{len(pods_on_cards)} pods holding GPUs"
+    )
+    summary = gpu_summary(gpus)
+    if summary:
+        out.append(summary)
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# Files
+
+
+def _flatten(doc: Any) -> Iterable[Mapping[str, Any]]:
+    if not isinstance(doc, Mapping):
+        return
+    if str(doc.get("kind", "")).endswith("List") and isinstance(doc.get("items"), list):
+        for item in doc["items"]:
+            yield from _flatten(item)
+        return
+    yield doc
+
+
+def load_objects(
+    paths: Sequence[str | os.PathLike[str]],
+) -> tuple[dict[str, Node], list[Device], list[Pod]]:
+    """Nodes, Device CRs and Pods from YAML/JSON files (scenarios, ``simulate -o yaml``
+    output, ``kubectl get -o yaml`` lists). A later object with the same kind and name
+    replaces an earlier one, so ``--file scenario.yaml --file result.yaml`` shows the result.
+    Other kinds are ignored."""
+    nodes: dict[str, Node] = {}
+    devices: dict[str, Device] = {}
+    pods: dict[str, Pod] = {}
+    for path in paths:
+        name = os.fspath(path)
+        try:
+            with open(name, encoding="utf-8") as f:
+                docs = list(yaml.safe_load_all(f))
+        except OSError as exc:
+            raise InspectError(f"{name}: cannot read: {exc.strerror or exc}") from None
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise InspectError(f"{name}: not YAML: {' '.join(str(exc).split())}") from None
+        for index, doc in enumerate(docs, 1):
+            for obj in _flatten(doc):
+                kind = obj.get("kind")
+                try:
+                    if kind == "Node":
+                        node = decode_node(obj)
+                        nodes[node.name] = node
+                    elif kind == "Device":
+                        device = Device.from_dict(obj)
+                        devices[device.name] = device
+                    elif kind == "Pod":
+                        pod = decode_pod(obj)
+                        pods[pod.key] = pod
+                except ValueError as exc:
+                    raise InspectError(f"{name}: document {index}: {kind}: {exc}") from None
+    return nodes, list(devices.values()), list(pods.values())

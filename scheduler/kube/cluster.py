@@ -1,0 +1,276 @@
+"""``KubeCluster``: the Cluster port on a real API server.
+
+Role: the scheduler's view of and hands on a Kubernetes cluster. Three informers (Nodes; Pods
+that are not Succeeded/Failed, of every scheduler, for accounting and for the queue; Device
+CRs) feed subscribers; ``bind`` is one ``pods/binding`` POST whose metadata carries the
+device-allocation annotations (or, with ``bind_mode="patch"``, an annotation patch then a
+plain binding); ``record_event`` goes to the aggregating ``EventRecorder``;
+``set_pod_scheduled_condition`` patches the pod's status.
+
+Invariants:
+
+- A bind answered 404 or 409 (pod gone, recreated, or bound by someone else) raises
+  ``BindError(gone=True)``; every other failure ``BindError(gone=False)`` (the scheduler
+  requeues with backoff). The Binding names the pod's uid, so a recreated pod is never bound
+  by a decision taken for its predecessor.
+- The PodScheduled condition is written only when it differs (status, reason, message) from
+  what the pod already shows, keeping ``lastTransitionTime`` when only the message changed,
+  so an unschedulable pod retried every ten seconds costs no write when nothing changed.
+- ``view()`` is a consistent-enough snapshot of the caches (each informer's own lock) for the
+  device metrics and ``inspect``; it never blocks the informers for long.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+
+from apis.core import Node, Pod, decode_node, decode_pod
+from apis.device import API_VERSION as DEVICE_API_VERSION
+from apis.device import PLURAL as DEVICE_PLURAL
+from apis.device import Device
+from scheduler.cluster import ChangeHandler
+from scheduler.framework.interfaces import BindError
+from scheduler.kube.events import EventRecorder, rfc3339
+from scheduler.kube.informer import Informer, ResourceSpec, list_objects, wait_all
+from scheduler.kube.rest import (
+    MERGE_PATCH,
+    STRATEGIC_MERGE_PATCH,
+    ApiError,
+    KubeError,
+    RestClient,
+    path_segment,
+)
+
+__all__ = [
+    "BIND_MODES",
+    "DEVICES_PATH",
+    "NODES_PATH",
+    "PODS_FIELD_SELECTOR",
+    "PODS_PATH",
+    "ClusterView",
+    "KubeCluster",
+    "device_spec",
+    "fetch_view",
+    "node_spec",
+    "pod_spec",
+]
+
+log = structlog.get_logger("koord-scheduler.kube")
+
+NODES_PATH = "/api/v1/nodes"
+PODS_PATH = "/api/v1/pods"
+DEVICES_PATH = f"/apis/{DEVICE_API_VERSION}/{DEVICE_PLURAL}"
+PODS_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
+BIND_MODES = ("binding", "patch")
+
+
+def node_spec() -> ResourceSpec:
+    return ResourceSpec(
+        "Node", NODES_PATH, decode_node, lambda n: n.name, lambda n: n.resource_version
+    )
+
+
+def pod_spec() -> ResourceSpec:
+    return ResourceSpec(
+        "Pod",
+        PODS_PATH,
+        decode_pod,
+        lambda p: p.key,
+        lambda p: p.resource_version,
+        field_selector=PODS_FIELD_SELECTOR,
+    )
+
+
+def device_spec() -> ResourceSpec:
+    return ResourceSpec(
+        "Device",
+        DEVICES_PATH,
+        Device.from_dict,
+        lambda d: d.name,
+        lambda d: d.resource_version,
+        missing_hint="is the Device CRD installed? kubectl apply -f config/crd/",
+    )
+
+
+class ClusterView:
+    """What the caches hold at one moment: nodes by name, Device CRs, pods."""
+
+    def __init__(self, nodes: Mapping[str, Node], devices: list[Device], pods: list[Pod]):
+        self.nodes = nodes
+        self.devices = devices
+        self.pods = pods
+
+
+def fetch_view(rest: RestClient) -> ClusterView:
+    """One list of Nodes, Device CRs and non-terminal Pods (``inspect``); objects that do not
+    decode are skipped."""
+    decoded: list[list[Any]] = []
+    for spec in (node_spec(), device_spec(), pod_spec()):
+        _, objects = list_objects(rest, spec)
+        records = []
+        for obj in objects:
+            try:
+                records.append(spec.decode(obj))
+            except Exception as exc:  # shown, never fatal: inspect is for broken clusters too
+                log.warning("undecodable object skipped", resource=spec.kind, error=str(exc))
+        decoded.append(records)
+    nodes, devices, pods = decoded
+    return ClusterView({n.name: n for n in nodes}, devices, pods)
+
+
+def _pod_path(pod: Pod) -> str:
+    return f"/api/v1/namespaces/{path_segment(pod.namespace)}/pods/{path_segment(pod.name)}"
+
+
+class KubeCluster:
+    """The Cluster port on an API server (see the module docstring)."""
+
+    def __init__(
+        self,
+        rest: RestClient,
+        recorder: EventRecorder | None = None,
+        *,
+        bind_mode: str = "binding",
+        informers: tuple[Informer, Informer, Informer] | None = None,
+    ) -> None:
+        if bind_mode not in BIND_MODES:
+            raise ValueError(f"bind_mode must be one of {BIND_MODES}, got {bind_mode!r}")
+        self.rest = rest
+        self.recorder = recorder
+        self.bind_mode = bind_mode
+        if informers is None:
+            informers = (
+                Informer(rest, node_spec()),
+                Informer(rest, device_spec()),
+                Informer(rest, pod_spec()),
+            )
+        self.nodes, self.devices, self.pods = informers
+        self.informers = [self.nodes, self.devices, self.pods]
+        self.binds = 0
+        self.bind_failures = 0
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        for informer in self.informers:
+            informer.start()
+        if self.recorder is not None:
+            self.recorder.start()
+
+    def stop(self) -> None:
+        for informer in self.informers:
+            informer.stop()
+        if self.recorder is not None:
+            self.recorder.stop()
+
+    # -- the inbound half of the port -----------------------------------------------------------
+
+    def subscribe(self, handler: ChangeHandler) -> None:
+        for informer in self.informers:
+            informer.subscribe(handler)
+
+    def wait_for_sync(self, timeout: float | None = None) -> bool:
+        return wait_all(self.informers, timeout)
+
+    def synced(self) -> bool:
+        return all(i.synced for i in self.informers)
+
+    def unhealthy(self) -> list[str]:
+        """``"<kind>: <error>"`` for every informer that is not currently list/watching."""
+        return [
+            f"{i.kind}: {i.last_error or 'not connected'}" for i in self.informers if not i.healthy
+        ]
+
+    def view(self) -> ClusterView:
+        nodes = {n.name: n for n in self.nodes.items()}
+        return ClusterView(nodes, self.devices.items(), self.pods.items())
+
+    # -- the outbound half ----------------------------------------------------------------------
+
+    def bind(self, pod: Pod, node_name: str, annotations: Mapping[str, str]) -> None:
+        meta: dict[str, Any] = {"name": pod.name, "namespace": pod.namespace}
+        if pod.uid:
+            meta["uid"] = pod.uid
+        try:
+            if self.bind_mode == "patch" and annotations:
+                patch: dict[str, Any] = {"metadata": {"annotations": dict(annotations)}}
+                if pod.uid:
+                    patch["metadata"]["uid"] = pod.uid
+                self.rest.request("PATCH", _pod_path(pod), body=patch, content_type=MERGE_PATCH)
+            elif annotations:
+                meta["annotations"] = dict(annotations)
+            binding = {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": meta,
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node_name},
+            }
+            self.rest.request("POST", _pod_path(pod) + "/binding", body=binding)
+        except ApiError as exc:
+            self.bind_failures += 1
+            gone = exc.status in (404, 409)
+            log.info(
+                "bind failed", pod=pod.key, node=node_name, status=exc.status, error=exc.message
+            )
+            raise BindError(f"binding {pod.key} to {node_name}: {exc}", gone=gone) from exc
+        except KubeError as exc:
+            self.bind_failures += 1
+            log.info("bind failed", pod=pod.key, node=node_name, error=str(exc))
+            raise BindError(f"binding {pod.key} to {node_name}: {exc}") from exc
+        self.binds += 1
+        log.info("bound", pod=pod.key, node=node_name)
+
+    def record_event(self, pod: Pod, event_type: str, reason: str, message: str) -> None:
+        if self.recorder is not None:
+            self.recorder.record(pod, event_type, reason, message)
+
+    def set_pod_scheduled_condition(self, pod: Pod, status: str, reason: str, message: str) -> None:
+        current = self.pods.get(pod.key)
+        if current is None or current.uid != pod.uid or current.node_name:
+            return  # gone, recreated or bound meanwhile: nothing to report on
+        old = _pod_scheduled_condition(current)
+        if (
+            old is not None
+            and old.get("status") == status
+            and old.get("reason") == reason
+            and old.get("message") == message
+        ):
+            return
+        transition = (
+            str(old.get("lastTransitionTime"))
+            if old is not None and old.get("status") == status and old.get("lastTransitionTime")
+            else rfc3339(datetime.now(UTC))
+        )
+        condition = {
+            "type": "PodScheduled",
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastProbeTime": None,
+            "lastTransitionTime": transition,
+        }
+        try:
+            self.rest.request(
+                "PATCH",
+                _pod_path(pod) + "/status",
+                body={"status": {"conditions": [condition]}},
+                content_type=STRATEGIC_MERGE_PATCH,
+            )
+        except ApiError as exc:
+            if exc.status == 404:
+                return
+            raise
+
+
+def _pod_scheduled_condition(pod: Pod) -> Mapping[str, Any] | None:
+    status = pod.raw.get("status")
+    if not isinstance(status, Mapping):
+        return None
+    for cond in status.get("conditions") or ():
+        if isinstance(cond, Mapping) and cond.get("type") == "PodScheduled":
+            return cond
+    return None

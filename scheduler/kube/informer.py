@@ -1,0 +1,367 @@
+"""One informer: list + watch of one resource, decoded into our records, fed to subscribers.
+
+Role: client-go's reflector + indexer + shared informer, for one resource (Nodes, Pods or
+Device CRs), in one thread. It lists (in pages), delivers the result as changes, then watches
+from the list's resourceVersion; when a watch ends normally it resumes from the last
+resourceVersion it saw (bookmarks included); on ``410 Gone`` it relists at once, and on any
+other error it waits (jittered exponential backoff) and relists. A relist is diffed against the
+store: new objects are adds, changed ones (another resourceVersion) updates, and objects that
+vanished get a synthesised delete carrying their last known state.
+
+Invariants:
+
+- The store and the subscriber list change only under ``_lock``, and every change is delivered
+  to every subscriber under that lock, in the order the store saw it: ``subscribe`` hands over
+  the current state as adds and then exactly the later changes, never one twice or out of order.
+- ``synced`` becomes true after the first complete list has been delivered and stays true;
+  ``healthy`` is false from a failed request until the next list or watch is established.
+- Objects that do not decode are logged and counted (``decode_errors``) and treated as absent.
+- ``start()`` starts the one thread and ``stop()`` ends it (closing a blocked watch stream).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from scheduler.cluster import ChangeHandler
+from scheduler.framework.events import Change
+from scheduler.kube.ratelimit import Backoff
+from scheduler.kube.rest import ApiError, KubeError, RestClient, WatchStream
+
+__all__ = ["Informer", "ResourceSpec", "list_objects", "wait_all"]
+
+log = structlog.get_logger("koord-scheduler.informer")
+
+Record = Any
+Decoder = Callable[[Mapping[str, Any]], Record]
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceSpec:
+    """What to list and watch and how to turn an object into a record."""
+
+    kind: str
+    """The ``Change.kind``: "Node", "Pod" or "Device"."""
+    path: str
+    """The collection's path, e.g. ``/api/v1/nodes``."""
+    decode: Decoder
+    key: Callable[[Record], str]
+    version: Callable[[Record], str]
+    field_selector: str = ""
+    missing_hint: str = ""
+    """Appended to the error when the collection answers 404 (e.g. a CRD not installed)."""
+
+
+class _Gone(Exception):
+    """The watch's resourceVersion is too old (410): relist."""
+
+
+def _meta_rv(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata")
+    if isinstance(meta, Mapping):
+        return str(meta.get("resourceVersion") or "")
+    return ""
+
+
+class Informer:
+    """List + watch of one resource in one thread (see the module docstring)."""
+
+    def __init__(
+        self,
+        rest: RestClient,
+        spec: ResourceSpec,
+        *,
+        page_size: int = 500,
+        watch_timeout: tuple[int, int] = (300, 600),
+        backoff: Backoff | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.rest = rest
+        self.spec = spec
+        self.kind = spec.kind
+        self._page_size = page_size
+        self._watch_timeout = watch_timeout
+        self._rng = rng or random.Random()
+        self._backoff = backoff or Backoff(0.5, 10.0, rng=self._rng)
+        self._lock = threading.RLock()
+        self._store: dict[str, Record] = {}
+        self._handlers: list[ChangeHandler] = []
+        self._synced = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._stream: WatchStream | None = None
+        self._rv = ""
+        self.healthy = False
+        self.last_error = "not started"
+        self.decode_errors = 0
+        self.relists = 0
+
+    # -- reading --------------------------------------------------------------------------------
+
+    @property
+    def synced(self) -> bool:
+        return self._synced.is_set()
+
+    def wait_for_sync(self, timeout: float | None = None) -> bool:
+        return self._synced.wait(timeout)
+
+    @property
+    def resource_version(self) -> str:
+        return self._rv
+
+    def items(self) -> list[Record]:
+        with self._lock:
+            return list(self._store.values())
+
+    def get(self, key: str) -> Record | None:
+        with self._lock:
+            return self._store.get(key)
+
+    def subscribe(self, handler: ChangeHandler) -> None:
+        """The current objects as adds, then every later change (see the invariants)."""
+        with self._lock:
+            for record in self._store.values():
+                handler(Change(self.kind, None, record))
+            self._handlers.append(handler)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError(f"{self.kind} informer already started")
+        self._thread = threading.Thread(
+            target=self._run, name=f"informer-{self.kind.lower()}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        stream = self._stream
+        if stream is not None:
+            stream.close()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        need_list = True
+        gone_in_a_row = 0
+        while not self._stop.is_set():
+            try:
+                if need_list:
+                    self._list_and_replace()
+                    need_list = False
+                started = time.monotonic()
+                self._watch()
+                gone_in_a_row = 0
+                if time.monotonic() - started < 1.0:  # a server that ends watches at once
+                    self._stop.wait(self._backoff.next())
+            except _Gone:
+                log.info("watch expired, relisting", resource=self.kind, rv=self._rv)
+                need_list = True
+                gone_in_a_row += 1
+                if gone_in_a_row > 1:  # a fresh list's version already too old: do not spin
+                    self._stop.wait(self._backoff.next())
+            except KubeError as exc:
+                if self._stop.is_set():
+                    return
+                self._failed(exc)
+                need_list = True
+                self._stop.wait(self._backoff.next())
+            except Exception as exc:  # a bug must not end the informer for good
+                if self._stop.is_set():
+                    return
+                log.exception("informer error", resource=self.kind)
+                self._failed(exc)
+                need_list = True
+                self._stop.wait(self._backoff.next())
+
+    def _failed(self, exc: BaseException) -> None:
+        message = str(exc) or type(exc).__name__
+        if isinstance(exc, ApiError) and exc.status == 404 and self.spec.missing_hint:
+            message = f"{message} ({self.spec.missing_hint})"
+        if self.healthy or message != self.last_error:
+            log.warning("list/watch failed", resource=self.kind, error=message)
+        self.healthy = False
+        self.last_error = message
+
+    def _query(self) -> dict[str, str]:
+        query: dict[str, str] = {}
+        if self.spec.field_selector:
+            query["fieldSelector"] = self.spec.field_selector
+        return query
+
+    def _list_and_replace(self) -> None:
+        rv, objects = list_objects(self.rest, self.spec, self._page_size)
+        records: dict[str, Record] = {}
+        for obj in objects:
+            record = self._decode(obj)
+            if record is not None:
+                records[self.spec.key(record)] = record
+        self._replace(records)
+        self._rv = rv
+        self.relists += 1
+        self.healthy = True
+        self.last_error = ""
+        self._backoff.reset()
+        if not self._synced.is_set():
+            log.info("synced", resource=self.kind, objects=len(records), rv=rv)
+            self._synced.set()
+
+    def _watch(self) -> None:
+        low, high = self._watch_timeout
+        seconds = self._rng.randint(low, high) if high > low else low
+        query = self._query()
+        query.update(
+            watch="1",
+            resourceVersion=self._rv,
+            allowWatchBookmarks="true",
+            timeoutSeconds=str(seconds),
+        )
+        try:
+            stream = self.rest.watch(self.spec.path, query, read_timeout=seconds + 30.0)
+        except ApiError as exc:
+            if exc.status == 410:
+                raise _Gone() from exc
+            raise
+        self._stream = stream
+        try:
+            if self._stop.is_set():
+                return
+            self.healthy = True
+            self.last_error = ""
+            for etype, obj in stream:
+                if self._stop.is_set():
+                    return
+                self._handle(etype, obj)
+                self._backoff.reset()
+        finally:
+            self._stream = None
+            stream.close()
+
+    def _handle(self, etype: str, obj: Mapping[str, Any]) -> None:
+        if etype == "ERROR":
+            code = obj.get("code")
+            if code == 410:
+                raise _Gone()
+            raise ApiError(
+                int(code) if isinstance(code, int) else 500,
+                str(obj.get("reason") or ""),
+                str(obj.get("message") or "watch error"),
+            )
+        rv = _meta_rv(obj)
+        if etype == "BOOKMARK":
+            if rv:
+                self._rv = rv
+            return
+        if etype in ("ADDED", "MODIFIED"):
+            record = self._decode(obj)
+            if record is None:
+                key = self._raw_key(obj)
+                if key:
+                    self._delete(key)
+            else:
+                self._upsert(record)
+        elif etype == "DELETED":
+            key = self._raw_key(obj)
+            if key:
+                self._delete(key)
+        else:
+            log.warning("unknown watch event", resource=self.kind, type=etype)
+        if rv:
+            self._rv = rv
+
+    # -- the store ------------------------------------------------------------------------------
+
+    def _decode(self, obj: Mapping[str, Any]) -> Record | None:
+        try:
+            return self.spec.decode(obj)
+        except Exception as exc:  # DecodeError, DeviceDecodeError, anything else
+            self.decode_errors += 1
+            log.warning(
+                "undecodable object ignored",
+                resource=self.kind,
+                object=self._raw_key(obj),
+                error=str(exc),
+            )
+            return None
+
+    def _raw_key(self, obj: Mapping[str, Any]) -> str:
+        meta = obj.get("metadata")
+        if not isinstance(meta, Mapping):
+            return ""
+        name = str(meta.get("name") or "")
+        if self.kind == "Pod":
+            return f"{meta.get('namespace') or 'default'}/{name}"
+        return name
+
+    def _emit(self, change: Change) -> None:
+        for handler in self._handlers:
+            handler(change)
+
+    def _upsert(self, record: Record) -> None:
+        key = self.spec.key(record)
+        with self._lock:
+            old = self._store.get(key)
+            self._store[key] = record
+            self._emit(Change(self.kind, old, record))
+
+    def _delete(self, key: str) -> None:
+        with self._lock:
+            old = self._store.pop(key, None)
+            if old is not None:
+                self._emit(Change(self.kind, old, None))
+
+    def _replace(self, records: dict[str, Record]) -> None:
+        version = self.spec.version
+        with self._lock:
+            for key in [k for k in self._store if k not in records]:
+                self._emit(Change(self.kind, self._store.pop(key), None))
+            for key, record in records.items():
+                old = self._store.get(key)
+                if old is not None and version(old) == version(record):
+                    continue
+                self._store[key] = record
+                self._emit(Change(self.kind, old, record))
+
+
+def list_objects(
+    rest: RestClient, spec: ResourceSpec, page_size: int = 500
+) -> tuple[str, list[Mapping[str, Any]]]:
+    """A complete list of ``spec``'s collection, in pages: (resourceVersion, raw objects)."""
+    objects: list[Mapping[str, Any]] = []
+    cont = ""
+    while True:
+        query: dict[str, str] = {"limit": str(page_size)}
+        if spec.field_selector:
+            query["fieldSelector"] = spec.field_selector
+        if cont:
+            query["continue"] = cont
+        page = rest.request("GET", spec.path, query=query)
+        objects.extend(o for o in page.get("items") or () if isinstance(o, Mapping))
+        meta = page.get("metadata") or {}
+        cont = str(meta.get("continue") or "")
+        if not cont:
+            return str(meta.get("resourceVersion") or ""), objects
+
+
+def wait_all(informers: list[Informer], timeout: float | None) -> bool:
+    """True once every informer synced (within ``timeout`` seconds overall)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    for informer in informers:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not informer.wait_for_sync(left):
+            return False
+    return True

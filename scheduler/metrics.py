@@ -1,0 +1,339 @@
+"""Prometheus metrics of the scheduler: kube-scheduler's, plus the device view per card.
+
+Role: ``SchedulerMetrics`` is the ``SchedulerObserver`` the ``run`` command gives the
+scheduler (and the scheduling queue's ``on_incoming`` hook). It owns an explicit
+``CollectorRegistry`` with kube-scheduler's metrics under their exact names, types, label
+names and buckets (``pkg/scheduler/metrics/metrics.go``), and two custom collectors computed
+at scrape time: the queue gauges (from the snapshot the scheduling thread publishes) and the
+device metrics (from the Device CRs and the pods' ``device-allocated`` annotations, as the
+caches know them, through ``scheduler.inspect``). docs/metrics.md documents every series.
+
+Invariants:
+
+- No module-level registration: importing this module registers nothing; every metric lives
+  in the registry given to (or made by) ``SchedulerMetrics``.
+- Buckets are generated the way Go's ``prometheus.ExponentialBuckets`` does (repeated
+  multiplication), so the ``le`` labels match kube-scheduler's byte for byte.
+- Observer calls come from the scheduling thread and the bind workers; they only touch
+  prometheus_client's thread-safe children (cached per label tuple to keep the hot path cheap).
+- Scrape-time collectors never raise: a failing source yields no samples for that family.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, decode_allocations
+from apis.core import Node, Pod
+from apis.device import Device
+from scheduler.inspect import INVALID, card_usage
+
+__all__ = [
+    "ATTEMPT_BUCKETS",
+    "EXTENSION_POINT_BUCKETS",
+    "PLUGIN_BUCKETS",
+    "POD_ATTEMPTS_BUCKETS",
+    "SLI_BUCKETS",
+    "DeviceCollector",
+    "QueueCollector",
+    "SchedulerMetrics",
+    "exponential_buckets",
+]
+
+
+def exponential_buckets(start: float, factor: float, count: int) -> tuple[float, ...]:
+    """Go's ``prometheus.ExponentialBuckets``: ``start``, then each times ``factor``."""
+    if count < 1 or start <= 0 or factor <= 1:
+        raise ValueError("need count >= 1, start > 0, factor > 1")
+    out = []
+    value = start
+    for _ in range(count):
+        out.append(value)
+        value *= factor
+    return tuple(out)
+
+
+ATTEMPT_BUCKETS = exponential_buckets(0.001, 2, 15)
+SLI_BUCKETS = exponential_buckets(0.01, 2, 20)
+POD_ATTEMPTS_BUCKETS = exponential_buckets(1, 2, 5)
+EXTENSION_POINT_BUCKETS = exponential_buckets(0.0001, 2, 12)
+PLUGIN_BUCKETS = exponential_buckets(0.00001, 1.5, 20)
+
+QUEUES = ("active", "backoff", "unschedulable", "gated")
+
+
+class QueueStatsLike(Protocol):
+    """What the scheduling thread publishes (``scheduler.scheduler.QueueStats``)."""
+
+    @property
+    def pending(self) -> Mapping[str, int]: ...
+
+    @property
+    def unschedulable(self) -> Mapping[tuple[str, str], int]: ...
+
+
+class ClusterViewLike(Protocol):
+    """What the caches hold (``scheduler.kube.cluster.ClusterView``)."""
+
+    @property
+    def nodes(self) -> Mapping[str, Node]: ...
+
+    @property
+    def devices(self) -> Sequence[Device]: ...
+
+    @property
+    def pods(self) -> Sequence[Pod]: ...
+
+
+class QueueCollector(Collector):
+    """``scheduler_pending_pods{queue}`` and ``scheduler_unschedulable_pods{plugin,profile}``."""
+
+    def __init__(self, source: Callable[[], QueueStatsLike | None]) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[Metric]:
+        stats = _safe(self._source)
+        pending = GaugeMetricFamily(
+            "scheduler_pending_pods",
+            "Number of pending pods, by the queue type. 'active' means number of pods in "
+            "activeQ; 'backoff' means number of pods in backoffQ; 'unschedulable' means number "
+            "of pods in unschedulablePods that the scheduler attempted to schedule and failed; "
+            "'gated' is the number of unschedulable pods that the scheduler never attempted to "
+            "schedule because they are gated.",
+            labels=["queue"],
+        )
+        unschedulable = GaugeMetricFamily(
+            "scheduler_unschedulable_pods",
+            "The number of unschedulable pods broken down by plugin name. A pod will increment "
+            "the gauge for all plugins that caused it to not schedule and so this metric have "
+            "meaning only when broken down by plugin.",
+            labels=["plugin", "profile"],
+        )
+        if stats is not None:
+            for queue in QUEUES:
+                pending.add_metric([queue], float(stats.pending.get(queue, 0)))
+            for (plugin, profile), count in sorted(stats.unschedulable.items()):
+                unschedulable.add_metric([plugin, profile], float(count))
+        yield pending
+        yield unschedulable
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+
+_CARD_LABELS = ["node", "device_type", "minor", "uuid"]
+
+
+class DeviceCollector(Collector):
+    """Per-card capacity, allocation, pods and health, plus the annotation error counter."""
+
+    def __init__(self, source: Callable[[], ClusterViewLike | None]) -> None:
+        self._source = source
+        self._parsed: dict[str, Any] = {}
+        self._bad_seen: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+        self.annotation_errors = 0
+
+    def _decode(self, text: str) -> Any:
+        hit = self._parsed.get(text)
+        if hit is None:
+            if len(self._parsed) > 50_000:
+                self._parsed.clear()
+            hit = self._parsed[text] = decode_allocations(text)
+        return hit
+
+    def collect(self) -> Iterator[Metric]:
+        capacity = GaugeMetricFamily(
+            "koord_scheduler_device_capacity",
+            "Capacity of one device as its Device CR declares it, per resource.",
+            labels=[*_CARD_LABELS, "resource"],
+        )
+        allocated = GaugeMetricFamily(
+            "koord_scheduler_device_allocated",
+            "Amount of one device allocated to bound pods by their device-allocated "
+            "annotations, per resource.",
+            labels=[*_CARD_LABELS, "resource"],
+        )
+        pods = GaugeMetricFamily(
+            "koord_scheduler_device_pods",
+            "Number of bound pods holding a share of one device.",
+            labels=_CARD_LABELS,
+        )
+        healthy = GaugeMetricFamily(
+            "koord_scheduler_device_healthy",
+            "1 when the Device CR reports the device healthy, else 0.",
+            labels=_CARD_LABELS,
+        )
+        view = _safe(self._source)
+        with self._lock:
+            self._cards(view, capacity, allocated, pods, healthy)
+        errors_total = CounterMetricFamily(
+            "koord_scheduler_device_annotation_errors",
+            "Bound pods seen with a device-allocated annotation that does not decode "
+            "(counted once per pod and annotation text).",
+            value=float(self.annotation_errors),
+        )
+        yield capacity
+        yield allocated
+        yield pods
+        yield healthy
+        yield errors_total
+
+    def _cards(
+        self,
+        view: ClusterViewLike | None,
+        capacity: GaugeMetricFamily,
+        allocated: GaugeMetricFamily,
+        pods: GaugeMetricFamily,
+        healthy: GaugeMetricFamily,
+    ) -> None:
+        if view is not None:
+            errors: list[Pod] = []
+            try:
+                cards = card_usage(
+                    view.nodes, view.devices, view.pods, decode=self._decode, errors=errors
+                )
+            except Exception:  # never fail a scrape
+                cards = []
+            bad = {(p.uid, p.annotations.get(ANNOTATION_DEVICE_ALLOCATED, "")) for p in errors}
+            self.annotation_errors += len(bad - self._bad_seen)
+            self._bad_seen = bad
+            for c in cards:
+                labels = [c.node, c.device_type, str(c.minor), c.uuid]
+                for name in sorted(c.capacity):
+                    capacity.add_metric([*labels, name], float(c.capacity[name]))
+                for name in sorted(c.allocated):
+                    allocated.add_metric([*labels, name], float(c.allocated[name]))
+                pods.add_metric(labels, float(sum(1 for p in c.pods if not p.endswith(INVALID))))
+                healthy.add_metric(labels, 1.0 if c.healthy else 0.0)
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+
+def _safe(source: Callable[[], Any]) -> Any:
+    try:
+        return source()
+    except Exception:
+        return None
+
+
+class SchedulerMetrics:
+    """kube-scheduler's metrics in an explicit registry; implements ``SchedulerObserver``."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self._attempts = Counter(
+            "scheduler_schedule_attempts_total",
+            "Number of attempts to schedule pods, by the result. 'unschedulable' means a pod "
+            "could not be scheduled, while 'error' means an internal scheduler problem.",
+            ["result", "profile"],
+            registry=r,
+        )
+        self._attempt_duration = Histogram(
+            "scheduler_scheduling_attempt_duration_seconds",
+            "Scheduling attempt latency in seconds (scheduling algorithm + binding)",
+            ["result", "profile"],
+            buckets=ATTEMPT_BUCKETS,
+            registry=r,
+        )
+        self._sli = Histogram(
+            "scheduler_pod_scheduling_sli_duration_seconds",
+            "E2e latency for a pod being scheduled, from the time the pod enters the scheduling "
+            "queue and might involve multiple scheduling attempts.",
+            ["attempts"],
+            buckets=SLI_BUCKETS,
+            registry=r,
+        )
+        self._pod_attempts = Histogram(
+            "scheduler_pod_scheduling_attempts",
+            "Number of attempts to successfully schedule a pod.",
+            buckets=POD_ATTEMPTS_BUCKETS,
+            registry=r,
+        )
+        self._extension_point = Histogram(
+            "scheduler_framework_extension_point_duration_seconds",
+            "Latency for running all plugins of a specific extension point.",
+            ["extension_point", "status", "profile"],
+            buckets=EXTENSION_POINT_BUCKETS,
+            registry=r,
+        )
+        self._plugin = Histogram(
+            "scheduler_plugin_execution_duration_seconds",
+            "Duration for running a plugin at a specific extension point.",
+            ["plugin", "extension_point", "status"],
+            buckets=PLUGIN_BUCKETS,
+            registry=r,
+        )
+        self._incoming = Counter(
+            "scheduler_queue_incoming_pods_total",
+            "Number of pods added to scheduling queues by event and queue type.",
+            ["queue", "event"],
+            registry=r,
+        )
+        self._children: dict[tuple[Any, ...], Any] = {}
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        key = (id(metric), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+    # -- the observers ------------------------------------------------------------------------
+
+    def extension_point(
+        self, profile: str, extension_point: str, status: str, seconds: float
+    ) -> None:
+        self._child(self._extension_point, extension_point, status, profile).observe(seconds)
+
+    def plugin(self, plugin: str, extension_point: str, status: str, seconds: float) -> None:
+        self._child(self._plugin, plugin, extension_point, status).observe(seconds)
+
+    def attempt(self, result: str, profile: str, seconds: float) -> None:
+        self._child(self._attempts, result, profile).inc()
+        self._child(self._attempt_duration, result, profile).observe(seconds)
+
+    def scheduled(self, attempts: int, sli_seconds: float) -> None:
+        self._child(self._sli, str(attempts)).observe(sli_seconds)
+        self._pod_attempts.observe(attempts)
+
+    def incoming(self, queue: str, event: str) -> None:
+        """The scheduling queue's ``on_incoming`` hook."""
+        self._child(self._incoming, queue, event).inc()
+
+    # -- scrape-time collectors ---------------------------------------------------------------
+
+    def watch_queue(self, source: Callable[[], QueueStatsLike | None]) -> None:
+        self.registry.register(QueueCollector(source))
+
+    def watch_devices(self, source: Callable[[], ClusterViewLike | None]) -> DeviceCollector:
+        collector = DeviceCollector(source)
+        self.registry.register(collector)
+        return collector
+
+    def exposition(self) -> bytes:
+        """The Prometheus text format (0.0.4) of the registry, as kube-scheduler serves it."""
+        return generate_latest(_WithoutCreated(self.registry))
+
+
+class _WithoutCreated:
+    """The registry without prometheus_client's ``*_created`` samples, which kube-scheduler
+    (Go's client) does not expose."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self._registry.collect():
+            kept = [s for s in metric.samples if not s.name.endswith("_created")]
+            if len(kept) != len(metric.samples):
+                metric.samples = kept
+            yield metric

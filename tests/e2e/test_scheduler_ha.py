@@ -1,0 +1,115 @@
+"""Two replicas with leader election: only the leader binds; after the leader is killed, the
+standby takes over within the lease duration, with warm caches."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_scheduler_harness import (
+    Kube,
+    SchedulerProcess,
+    scheduler_config,
+    shared_gpu,
+    uid,
+    wait_for,
+)
+
+if TYPE_CHECKING:
+    from apiserver import ApiServer
+
+pytestmark = pytest.mark.e2e
+
+LEASE, RENEW, RETRY = 4.0, 3.0, 1.0
+
+
+def _attempts(proc: SchedulerProcess) -> float:
+    family = proc.metrics().get("scheduler_schedule_attempts")
+    if family is None:
+        return 0.0
+    return sum(s.value for s in family.samples if s.name.endswith("_total"))
+
+
+def test_only_the_leader_binds_and_the_standby_takes_over(
+    apiserver: ApiServer, tmp_path: Path
+) -> None:
+    kube = Kube(apiserver.url, apiserver.admin_token)
+    kube.ensure_device_crd()
+    scheduler = uid("koord-e2e")
+    lease = uid("lease")
+    ns = kube.ensure_namespace(uid("ha"))
+    selector = {"e2e-group": scheduler}
+    nodes = [uid("gpu") for _ in range(2)]
+    for name in nodes:
+        kube.add_gpu_node(name, gpus=8, labels=selector)
+    cfg = scheduler_config(
+        tmp_path / "config.yaml",
+        scheduler,
+        lease=lease,
+        durations=(f"{LEASE:g}s", f"{RENEW:g}s", f"{RETRY:g}s"),
+    )
+    kubeconfig = apiserver.kubeconfig_path()
+    leader = SchedulerProcess(kubeconfig, cfg, tmp_path, identity="replica-a").start()
+    standby = SchedulerProcess(kubeconfig, cfg, tmp_path, identity="replica-b")
+    lease_path = f"/apis/coordination.k8s.io/v1/namespaces/default/leases/{lease}"
+    try:
+        leader.wait_ready()
+        wait_for(
+            "replica-a to hold the lease",
+            lambda: kube.get(lease_path)["spec"]["holderIdentity"] == "replica-a",
+            20,
+        )
+        standby.start().wait_ready()  # a healthy standby is ready
+
+        def bound(prefix: str, count: int) -> bool:
+            pods = [p for p in kube.pods(ns) if p["metadata"]["name"].startswith(prefix)]
+            return len(pods) == count and all(p["spec"].get("nodeName") for p in pods)
+
+        kube.create_pods(
+            ns, [shared_gpu(f"a-{i}", scheduler, 25, node_selector=selector) for i in range(20)]
+        )
+        wait_for("20 pods bound by the leader", lambda: bound("a-", 20), 30)
+        assert {line["pod"] for line in leader.events_named("bound")} == {
+            f"{ns}/a-{i}" for i in range(20)
+        }
+        assert not standby.events_named("bound")
+        assert _attempts(standby) == 0
+        assert _attempts(leader) >= 20
+        # The standby's caches are warm: its device metrics see the leader's allocations.
+        allocated = standby.metrics()["koord_scheduler_device_allocated"]
+        assert (
+            sum(
+                s.value
+                for s in allocated.samples
+                if s.labels["resource"] == "koordinator.sh/gpu-core" and s.labels["node"] in nodes
+            )
+            == 20 * 25
+        )
+
+        leader.kill()
+        killed_at = time.monotonic()
+        kube.create_pods(
+            ns, [shared_gpu(f"b-{i}", scheduler, 25, node_selector=selector) for i in range(20)]
+        )
+        wait_for("the standby to bind the new pods", lambda: bound("b-", 20), 30)
+        took = time.monotonic() - killed_at
+        # The lease expires LEASE seconds after the standby last saw it renewed; then one retry
+        # period at most, plus the scheduling loop's wake-up.
+        assert took < LEASE + 2 * RETRY + 3, f"takeover took {took:.1f}s"
+        assert kube.get(lease_path)["spec"]["holderIdentity"] == "replica-b"
+        assert {line["pod"] for line in standby.events_named("bound")} == {
+            f"{ns}/b-{i}" for i in range(20)
+        }
+        assert standby.events_named("became leader")
+    finally:
+        leader.kill()
+        standby.stop()
+        for pod in kube.pods(ns):
+            kube.delete(f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}")
+        for name in nodes:
+            kube.remove_node(name)

@@ -1,0 +1,221 @@
+"""scheduler.kube.cluster: the Cluster port's writes (bind, condition, events) and its caches."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from apis.core import Pod, decode_pod
+from scheduler.framework.events import Change
+from scheduler.framework.interfaces import BindError
+from scheduler.kube.cluster import (
+    DEVICES_PATH,
+    NODES_PATH,
+    PODS_PATH,
+    KubeCluster,
+    device_spec,
+    fetch_view,
+    node_spec,
+    pod_spec,
+)
+from scheduler.kube.informer import Informer
+from scheduler.kube.ratelimit import Backoff
+from scheduler.kube.rest import RestClient, TransportError
+from tests.unit.kube.kube_fakes import (
+    FakeTransport,
+    json_response,
+    object_list,
+    status_response,
+)
+
+POD_PATH = "/api/v1/namespaces/ns/pods/p"
+
+
+def raw_pod(conditions: list[dict[str, Any]] | None = None, node: str = "") -> dict[str, Any]:
+    return {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "resourceVersion": "3"},
+        "spec": {"schedulerName": "koord-scheduler", "nodeName": node},
+        "status": {"phase": "Pending", "conditions": conditions or []},
+    }
+
+
+def make_cluster(t: FakeTransport, bind_mode: str = "binding") -> KubeCluster:
+    rest = RestClient(t)
+
+    def informer(spec: Any) -> Informer:
+        return Informer(rest, spec, backoff=Backoff(0.01, 0.02, rng=random.Random(0)))
+
+    return KubeCluster(
+        rest,
+        None,
+        bind_mode=bind_mode,
+        informers=(informer(node_spec()), informer(device_spec()), informer(pod_spec())),
+    )
+
+
+@pytest.fixture
+def transport() -> FakeTransport:
+    t = FakeTransport()
+    t.on(
+        "GET", NODES_PATH, object_list([{"metadata": {"name": "n1", "resourceVersion": "1"}}], "3")
+    )
+    t.on("GET", DEVICES_PATH, object_list([], "3"))
+    t.on("GET", PODS_PATH, object_list([raw_pod()], "3"))
+    return t
+
+
+@pytest.fixture
+def cluster(transport: FakeTransport) -> Iterator[KubeCluster]:
+    c = make_cluster(transport)
+    c.start()
+    assert c.wait_for_sync(5)
+    yield c
+    c.stop()
+
+
+def pod() -> Pod:
+    return decode_pod(raw_pod())
+
+
+def test_bind_is_one_binding_post_carrying_the_annotations(
+    transport: FakeTransport, cluster: KubeCluster
+) -> None:
+    transport.on("POST", f"{POD_PATH}/binding", json_response({"status": "Success"}, 201))
+    cluster.bind(pod(), "n1", {"scheduling.koordinator.sh/device-allocated": '{"gpu":[]}'})
+    (req,) = transport.sent("POST", f"{POD_PATH}/binding")
+    assert req.body == {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {
+            "name": "p",
+            "namespace": "ns",
+            "uid": "u1",
+            "annotations": {"scheduling.koordinator.sh/device-allocated": '{"gpu":[]}'},
+        },
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"},
+    }
+    assert not transport.sent("PATCH", POD_PATH)
+    assert cluster.binds == 1
+
+
+def test_patch_mode_patches_the_annotation_then_binds(transport: FakeTransport) -> None:
+    transport.on("PATCH", POD_PATH, json_response({}))
+    transport.on("POST", f"{POD_PATH}/binding", json_response({}, 201))
+    cluster = make_cluster(transport, bind_mode="patch")
+    cluster.bind(pod(), "n1", {"a": "b"})
+    (patch,) = transport.sent("PATCH", POD_PATH)
+    assert patch.body == {"metadata": {"annotations": {"a": "b"}, "uid": "u1"}}
+    assert patch.headers["Content-Type"] == "application/merge-patch+json"
+    (binding,) = transport.sent("POST", f"{POD_PATH}/binding")
+    assert "annotations" not in binding.body["metadata"]
+    methods = [r.method for r in transport.requests]
+    assert methods.index("PATCH") < methods.index("POST")
+
+
+@pytest.mark.parametrize(
+    ("answer", "gone"),
+    [
+        (status_response(409, "Conflict", "pod p is already assigned to node n2"), True),
+        (status_response(404, "NotFound", 'pods "p" not found'), True),
+        (status_response(500, "InternalError", "etcd timeout"), False),
+        (status_response(429, "TooManyRequests", "slow down"), False),
+        (status_response(403, "Forbidden", "no"), False),
+        (TransportError("connection refused"), False),
+    ],
+    ids=["409", "404", "500", "429", "403", "transport"],
+)
+def test_bind_failures(transport: FakeTransport, answer: Any, gone: bool) -> None:
+    transport.on("POST", f"{POD_PATH}/binding", answer)
+    cluster = make_cluster(transport)
+    with pytest.raises(BindError) as exc:
+        cluster.bind(pod(), "n1", {})
+    assert exc.value.gone is gone
+    assert "ns/p" in str(exc.value)
+
+
+def test_condition_is_patched_once_per_change(
+    transport: FakeTransport, cluster: KubeCluster
+) -> None:
+    transport.on("PATCH", f"{POD_PATH}/status", json_response({}))
+    cluster.set_pod_scheduled_condition(pod(), "False", "Unschedulable", "0/1 nodes")
+    (req,) = transport.sent("PATCH", f"{POD_PATH}/status")
+    assert req.headers["Content-Type"] == "application/strategic-merge-patch+json"
+    (cond,) = req.body["status"]["conditions"]
+    assert cond["type"] == "PodScheduled" and cond["status"] == "False"
+    assert cond["reason"] == "Unschedulable" and cond["message"] == "0/1 nodes"
+    assert cond["lastProbeTime"] is None and cond["lastTransitionTime"]
+
+
+def test_condition_already_shown_is_not_written_again(transport: FakeTransport) -> None:
+    shown = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": "0/1 nodes",
+        "lastTransitionTime": "2024-01-01T00:00:00Z",
+    }
+    transport.replace("GET", PODS_PATH, object_list([raw_pod([shown])], "3"))
+    transport.on("PATCH", f"{POD_PATH}/status", json_response({}))
+    cluster = make_cluster(transport)
+    cluster.start()
+    try:
+        assert cluster.wait_for_sync(5)
+        cluster.set_pod_scheduled_condition(pod(), "False", "Unschedulable", "0/1 nodes")
+        assert not transport.sent("PATCH", f"{POD_PATH}/status")
+        cluster.set_pod_scheduled_condition(pod(), "False", "Unschedulable", "0/2 nodes")
+        (req,) = transport.sent("PATCH", f"{POD_PATH}/status")
+        # Same status: the transition time stays.
+        assert req.body["status"]["conditions"][0]["lastTransitionTime"] == "2024-01-01T00:00:00Z"
+    finally:
+        cluster.stop()
+
+
+def test_no_condition_for_pods_gone_recreated_or_bound(
+    transport: FakeTransport, cluster: KubeCluster
+) -> None:
+    import dataclasses
+
+    cluster.set_pod_scheduled_condition(
+        dataclasses.replace(pod(), uid="other"), "False", "Unschedulable", "x"
+    )
+    cluster.set_pod_scheduled_condition(
+        dataclasses.replace(pod(), name="absent"), "False", "Unschedulable", "x"
+    )
+    assert not [r for r in transport.requests if r.method == "PATCH"]
+
+
+def test_subscribe_delivers_nodes_devices_then_pods(cluster: KubeCluster) -> None:
+    got: list[Change] = []
+    cluster.subscribe(got.append)
+    assert [c.kind for c in got] == ["Node", "Pod"]
+    assert cluster.synced() and cluster.unhealthy() == []
+    view = cluster.view()
+    assert list(view.nodes) == ["n1"] and [p.key for p in view.pods] == ["ns/p"]
+
+
+def test_fetch_view_lists_everything_once(transport: FakeTransport) -> None:
+    view = fetch_view(RestClient(transport))
+    assert list(view.nodes) == ["n1"] and view.devices == [] and len(view.pods) == 1
+    assert not transport.watches
+
+
+def test_record_event_goes_to_the_recorder(transport: FakeTransport) -> None:
+    class Recorder:
+        def __init__(self) -> None:
+            self.got: list[tuple[str, str, str, str]] = []
+
+        def record(self, p: Pod, t: str, r: str, m: str) -> None:
+            self.got.append((p.key, t, r, m))
+
+    rec = Recorder()
+    cluster = KubeCluster(RestClient(transport), rec)  # type: ignore[arg-type]
+    cluster.record_event(pod(), "Normal", "Scheduled", "ok")
+    assert rec.got == [("ns/p", "Normal", "Scheduled", "ok")]
+
+
+def test_bad_bind_mode() -> None:
+    with pytest.raises(ValueError):
+        KubeCluster(RestClient(FakeTransport()), None, bind_mode="nope")

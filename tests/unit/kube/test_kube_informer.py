@@ -1,0 +1,294 @@
+"""scheduler.kube.informer: list + watch against a fake at the HTTP boundary — decoding, resume
+from the last resourceVersion, relist on 410 and on errors with synthesised deletes, subscribe
+semantics, sync and health, stop."""
+
+from __future__ import annotations
+
+import queue
+import random
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from scheduler.framework.events import Action, Change
+from scheduler.kube.cluster import device_spec, node_spec, pod_spec
+from scheduler.kube.informer import Informer, ResourceSpec
+from scheduler.kube.ratelimit import Backoff
+from scheduler.kube.rest import RestClient, TransportError
+from tests.unit.kube.kube_fakes import (
+    FakeStream,
+    FakeTransport,
+    event,
+    object_list,
+    status_response,
+)
+
+NODES = "/api/v1/nodes"
+
+
+def node(name: str, rv: str, **labels: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "resourceVersion": rv, "labels": labels},
+        "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}},
+    }
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.q: queue.Queue[Change] = queue.Queue()
+
+    def __call__(self, change: Change) -> None:
+        self.q.put(change)
+
+    def take(self, n: int, timeout: float = 5.0) -> list[tuple[str, str, str]]:
+        """The next ``n`` changes as (action, name, resourceVersion of the newest state)."""
+        out = []
+        for _ in range(n):
+            change = self.q.get(timeout=timeout)
+            rec = change.new if change.new is not None else change.old
+            out.append((change.action.name or "", rec.name, rec.resource_version))
+        return out
+
+    def empty_for(self, seconds: float) -> bool:
+        try:
+            change = self.q.get(timeout=seconds)
+        except queue.Empty:
+            return True
+        raise AssertionError(f"unexpected change {change}")
+
+
+@pytest.fixture
+def transport() -> FakeTransport:
+    return FakeTransport()
+
+
+@pytest.fixture
+def make(transport: FakeTransport) -> Iterator[Callable[..., Informer]]:
+    made: list[Informer] = []
+
+    def factory(spec: ResourceSpec | None = None, **kw: Any) -> Informer:
+        inf = Informer(
+            RestClient(transport),
+            spec or node_spec(),
+            backoff=Backoff(0.01, 0.02, rng=random.Random(1)),
+            watch_timeout=(5, 5),
+            **kw,
+        )
+        made.append(inf)
+        return inf
+
+    yield factory
+    for inf in made:
+        inf.stop()
+
+
+def wait(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached")
+        time.sleep(0.005)
+
+
+def test_list_then_watch_delivers_decoded_changes(
+    transport: FakeTransport, make: Callable[..., Informer]
+) -> None:
+    transport.on("GET", NODES, object_list([node("a", "5"), node("b", "6")], rv="7"))
+    transport.on_watch(
+        NODES,
+        FakeStream(
+            [
+                event("MODIFIED", node("a", "8", zone="x")),
+                event("ADDED", node("c", "9")),
+                event("DELETED", node("b", "10")),
+            ],
+            end=False,
+        ),
+    )
+    inf = make()
+    rec = Recorder()
+    inf.subscribe(rec)
+    inf.start()
+    assert inf.wait_for_sync(5)
+    assert rec.take(5) == [
+        ("ADD", "a", "5"),
+        ("ADD", "b", "6"),
+        ("UPDATE", "a", "8"),
+        ("ADD", "c", "9"),
+        ("DELETE", "b", "6"),
+    ]
+    assert sorted(n.name for n in inf.items()) == ["a", "c"]
+    assert inf.get("a").labels == {"zone": "x"}
+    wait(lambda: inf.resource_version == "10")
+    assert inf.healthy
+    (watch,) = transport.watches
+    assert watch.query["resourceVersion"] == "7"
+    assert watch.query["watch"] == "1" and watch.query["allowWatchBookmarks"] == "true"
+
+
+def test_list_is_paginated_and_uses_the_field_selector(
+    transport: FakeTransport, make: Callable[..., Informer]
+) -> None:
+    pod = {"metadata": {"name": "p", "namespace": "ns", "resourceVersion": "3"}, "spec": {}}
+    pod2 = {"metadata": {"name": "q", "namespace": "ns", "resourceVersion": "4"}, "spec": {}}
+    transport.on(
+        "GET",
+        "/api/v1/pods",
+        object_list([pod], rv="4", cont="next"),
+        object_list([pod2], rv="4"),
+    )
+    inf = make(pod_spec(), page_size=1)
+    inf.start()
+    assert inf.wait_for_sync(5)
+    first, second = transport.sent("GET", "/api/v1/pods")[:2]
+    assert first.query["limit"] == "1" and "continue" not in first.query
+    assert second.query["continue"] == "next"
+    assert first.query["fieldSelector"] == "status.phase!=Succeeded,status.phase!=Failed"
+    assert sorted(p.key for p in inf.items()) == ["ns/p", "ns/q"]
+
+
+def test_watch_end_resumes_from_the_last_resource_version(
+    transport: FakeTransport, make: Callable[..., Informer]
+) -> None:
+    transport.on("GET", NODES, object_list([node("a", "5")], rv="5"))
+    transport.on_watch(
+        NODES,
+        FakeStream([event("MODIFIED", node("a", "6"))]),  # the server's timeout ends it
+        FakeStream([event("BOOKMARK", {"metadata": {"resourceVersion": "12"}})]),
+    )
+    inf = make()
+    inf.start()
+    wait(lambda: len(transport.watches) >= 3)
+    assert [w.query["resourceVersion"] for w in transport.watches[:3]] == ["5", "6", "12"]
+    assert len(transport.sent("GET", NODES)) == 1  # no relist
+
+
+@pytest.mark.parametrize("how", ["error-event", "http-410"])
+def test_gone_relists_and_synthesises_deletes(
+    transport: FakeTransport, make: Callable[..., Informer], how: str
+) -> None:
+    transport.on(
+        "GET",
+        NODES,
+        object_list([node("a", "5"), node("b", "6"), node("keep", "4")], rv="6"),
+        object_list([node("a", "11"), node("c", "12"), node("keep", "4")], rv="12"),
+    )
+    if how == "error-event":
+        gone = FakeStream([event("ERROR", {"kind": "Status", "code": 410, "reason": "Expired"})])
+    else:
+        gone = FakeStream(status=410, body=status_response(410, "Gone", "too old").body)
+    transport.on_watch(NODES, gone)
+    inf = make()
+    rec = Recorder()
+    inf.subscribe(rec)
+    inf.start()
+    assert rec.take(3) == [("ADD", "a", "5"), ("ADD", "b", "6"), ("ADD", "keep", "4")]
+    assert rec.take(3) == [("DELETE", "b", "6"), ("UPDATE", "a", "11"), ("ADD", "c", "12")]
+    assert rec.empty_for(0.05)  # "keep" did not change: no event
+    assert inf.relists == 2
+
+
+def test_errors_back_off_then_relist_and_health_tracks_them(
+    transport: FakeTransport, make: Callable[..., Informer]
+) -> None:
+    transport.on(
+        "GET",
+        NODES,
+        TransportError("connection refused"),
+        TransportError("connection refused"),
+        object_list([node("a", "5")], rv="5"),
+    )
+    transport.on_watch(NODES, FakeStream([], error=TransportError("reset")))
+    inf = make()
+    assert not inf.healthy and not inf.synced
+    inf.start()
+    assert inf.wait_for_sync(5)
+    assert len(transport.sent("GET", NODES)) >= 3
+    # The watch broke: relisted again (same object, same version: no new change).
+    wait(lambda: len(transport.sent("GET", NODES)) >= 4)
+    wait(lambda: inf.healthy)
+    assert inf.synced
+
+
+def test_health_goes_false_while_failing(
+    transport: FakeTransport, make: Callable[..., Informer]
+) -> None:
+    transport.on("GET", NODES, object_list([], rv="1"), TransportError("refused"))
+    transport.on_watch(NODES, TransportError("refused"))
+    inf = make()
+    inf.start()
+    assert inf.wait_for_sync(5)
+    wait(lambda: not inf.healthy)
+    assert "refused" in inf.last_error
+    assert inf.synced  # synced stays true
+
+
+def test_subscribe_later_gets_the_state_then_the_changes(
+    transport: FakeTransport, make: Callable[..., Informer]
+) -> None:
+    transport.on("GET", NODES, object_list([node("a", "5")], rv="5"))
+    stream = FakeStream(end=False)
+    transport.on_watch(NODES, stream)
+    inf = make()
+    inf.start()
+    assert inf.wait_for_sync(5)
+    rec = Recorder()
+    inf.subscribe(rec)
+    assert rec.take(1) == [("ADD", "a", "5")]
+    inf.stop()
+    assert stream.closed.is_set()
+    assert not inf.alive
+
+
+def test_undecodable_objects_are_counted_and_absent(
+    transport: FakeTransport, make: Callable[..., Informer]
+) -> None:
+    bad_device = {"metadata": {"name": "n1", "resourceVersion": "2"}, "spec": {"devices": "x"}}
+    good = {"metadata": {"name": "n2", "resourceVersion": "3"}, "spec": {"devices": []}}
+    transport.on(
+        "GET",
+        "/apis/scheduling.koordinator.sh/v1alpha1/devices",
+        object_list([bad_device, good], rv="3"),
+    )
+    transport.on_watch(
+        "/apis/scheduling.koordinator.sh/v1alpha1/devices",
+        FakeStream([event("MODIFIED", {**good, "spec": {"devices": 7}})], end=False),
+    )
+    inf = make(device_spec())
+    rec = Recorder()
+    inf.subscribe(rec)
+    inf.start()
+    assert rec.take(1) == [("ADD", "n2", "3")]
+    # An update that does not decode removes the object (a delete of its last good state).
+    assert rec.take(1) == [("DELETE", "n2", "3")]
+    assert inf.decode_errors == 2
+    assert inf.items() == []
+
+
+def test_changes_carry_old_and_new_records(
+    transport: FakeTransport, make: Callable[..., Informer]
+) -> None:
+    transport.on("GET", NODES, object_list([node("a", "5")], rv="5"))
+    transport.on_watch(NODES, FakeStream([event("MODIFIED", node("a", "6"))], end=False))
+    inf = make()
+    got: list[Change] = []
+    inf.subscribe(got.append)
+    inf.start()
+    wait(lambda: len(got) == 2)
+    assert got[1].action is Action.UPDATE
+    assert got[1].old.resource_version == "5" and got[1].new.resource_version == "6"
+    assert got[1].kind == "Node"
+
+
+def test_a_missing_crd_is_named_in_the_error(
+    transport: FakeTransport, make: Callable[..., Informer]
+) -> None:
+    path = "/apis/scheduling.koordinator.sh/v1alpha1/devices"
+    transport.on("GET", path, status_response(404, "NotFound", "the server could not find it"))
+    inf = make(device_spec())
+    inf.start()
+    wait(lambda: "CRD" in inf.last_error)
+    assert "kubectl apply -f config/crd/" in inf.last_error
+    assert not inf.synced and not inf.healthy

@@ -1,0 +1,250 @@
+"""scheduler.kube.leader: client-go's lease algorithm on a fake clock and an in-memory Lease."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from scheduler.kube.leader import (
+    KubeLeaseStore,
+    LeaderElector,
+    LeaseConflict,
+    LeaseRecord,
+    micro_time,
+)
+from scheduler.kube.rest import RestClient, TransportError
+from tests.fakes import FakeClock
+from tests.unit.kube.kube_fakes import FakeTransport, json_response, status_response
+
+LEASE, RENEW, RETRY = 15.0, 10.0, 2.0
+
+
+class MemoryLease:
+    """One Lease with optimistic concurrency; ``down`` makes every call fail."""
+
+    def __init__(self) -> None:
+        self.record: LeaseRecord | None = None
+        self.rv = 0
+        self.down = False
+        self.writes = 0
+
+    def _check(self) -> None:
+        if self.down:
+            raise TransportError("connection refused")
+
+    def get(self) -> tuple[LeaseRecord, str] | None:
+        self._check()
+        return None if self.record is None else (self.record, str(self.rv))
+
+    def create(self, record: LeaseRecord) -> str:
+        self._check()
+        if self.record is not None:
+            raise LeaseConflict("exists")
+        return self._store(record)
+
+    def update(self, record: LeaseRecord, resource_version: str) -> str:
+        self._check()
+        if self.record is None or resource_version != str(self.rv):
+            raise LeaseConflict("stale")
+        return self._store(record)
+
+    def _store(self, record: LeaseRecord) -> str:
+        self.record = record
+        self.rv += 1
+        self.writes += 1
+        return str(self.rv)
+
+
+def elector(store: MemoryLease, clock: FakeClock, identity: str) -> LeaderElector:
+    return LeaderElector(
+        store,
+        identity,
+        lease_duration=LEASE,
+        renew_deadline=RENEW,
+        retry_period=RETRY,
+        clock=clock.now,
+        wall=lambda: datetime(2024, 1, 1, tzinfo=UTC) + timedelta(seconds=clock.now()),
+        rng=random.Random(0),
+    )
+
+
+def test_first_candidate_creates_the_lease_and_leads() -> None:
+    store, clock = MemoryLease(), FakeClock()
+    a = elector(store, clock, "a")
+    assert not a.leading
+    assert a.try_acquire_or_renew()
+    assert a.leading
+    assert store.record is not None
+    assert (store.record.holder, store.record.lease_duration, store.record.transitions) == (
+        "a",
+        15,
+        0,
+    )
+    assert store.record.acquire_time == "2024-01-01T00:00:00.000000Z"
+
+
+def test_renewal_keeps_acquire_time_and_transitions() -> None:
+    store, clock = MemoryLease(), FakeClock()
+    a = elector(store, clock, "a")
+    a.try_acquire_or_renew()
+    clock.advance(RETRY)
+    assert a.try_acquire_or_renew()
+    assert store.record is not None
+    assert store.record.acquire_time == "2024-01-01T00:00:00.000000Z"
+    assert store.record.renew_time == "2024-01-01T00:00:02.000000Z"
+    assert store.record.transitions == 0
+
+
+def test_standby_waits_a_lease_duration_from_its_own_observation() -> None:
+    store, clock = MemoryLease(), FakeClock()
+    a, b = elector(store, clock, "a"), elector(store, clock, "b")
+    a.try_acquire_or_renew()
+    clock.advance(100)  # the record's renewTime is old, but b has never seen it change
+    assert not b.try_acquire_or_renew()
+    assert b.holder == "a" and b.standby_healthy and not b.leading
+    clock.advance(LEASE - 0.1)
+    assert not b.try_acquire_or_renew()
+    clock.advance(0.2)
+    assert b.try_acquire_or_renew()
+    assert b.leading
+    assert store.record is not None
+    assert store.record.holder == "b" and store.record.transitions == 1
+
+
+def test_a_renewing_leader_keeps_the_standby_out() -> None:
+    store, clock = MemoryLease(), FakeClock()
+    a, b = elector(store, clock, "a"), elector(store, clock, "b")
+    a.try_acquire_or_renew()
+    for _ in range(20):
+        clock.advance(RETRY)
+        assert a.try_acquire_or_renew()
+        assert not b.try_acquire_or_renew()
+    assert a.leading and not b.leading
+
+
+def test_leadership_ends_at_the_renew_deadline_even_without_an_attempt() -> None:
+    store, clock = MemoryLease(), FakeClock()
+    a = elector(store, clock, "a")
+    a.try_acquire_or_renew()
+    store.down = True
+    clock.advance(RENEW - 0.5)
+    assert not a.try_acquire_or_renew()
+    assert a.leading  # still within the deadline
+    clock.advance(0.5)
+    assert not a.leading  # no call needed: the property checks the clock
+    # Before a rival could take over (LEASE > RENEW), we have stopped.
+    assert RENEW < LEASE
+
+
+def test_a_leader_that_recovers_before_expiry_renews_its_own_lease() -> None:
+    store, clock = MemoryLease(), FakeClock()
+    a = elector(store, clock, "a")
+    a.try_acquire_or_renew()
+    store.down = True
+    clock.advance(RENEW + 1)
+    assert not a.leading
+    store.down = False
+    assert a.try_acquire_or_renew() and a.leading
+
+
+def test_a_takeover_racing_a_renewal_loses() -> None:
+    store, clock = MemoryLease(), FakeClock()
+    a, b = elector(store, clock, "a"), elector(store, clock, "b")
+    a.try_acquire_or_renew()
+    assert not b.try_acquire_or_renew()  # b starts observing
+    clock.advance(LEASE + 1)  # a looks expired to b...
+    real_update = store.update
+
+    def racing_update(record: LeaseRecord, resource_version: str) -> str:
+        store.update = real_update  # type: ignore[method-assign]
+        assert a.try_acquire_or_renew()  # ...but a renews between b's read and b's write
+        return real_update(record, resource_version)
+
+    store.update = racing_update  # type: ignore[method-assign]
+    assert not b.try_acquire_or_renew()
+    assert not b.leading and a.leading
+    assert store.record is not None and store.record.holder == "a"
+
+
+def test_release_hands_over_at_once() -> None:
+    store, clock = MemoryLease(), FakeClock()
+    a, b = elector(store, clock, "a"), elector(store, clock, "b")
+    a.try_acquire_or_renew()
+    assert not b.try_acquire_or_renew()
+    assert a.release()
+    assert not a.leading
+    assert store.record is not None and store.record.holder == ""
+    assert b.try_acquire_or_renew()  # an empty holder is free to take
+    assert not a.release()  # not ours any more
+
+
+def test_step_schedules_the_next_attempt() -> None:
+    store, clock = MemoryLease(), FakeClock()
+    changes: list[bool] = []
+    a = LeaderElector(
+        store,
+        "a",
+        lease_duration=LEASE,
+        renew_deadline=RENEW,
+        retry_period=RETRY,
+        clock=clock.now,
+        rng=random.Random(0),
+        on_change=changes.append,
+    )
+    assert a.step() == RETRY
+    assert changes == [True]
+    store.down = True
+    clock.advance(RENEW)
+    assert RETRY <= a.step() <= RETRY * 1.2
+    assert changes == [True, False]
+
+
+def test_durations_must_be_ordered() -> None:
+    with pytest.raises(ValueError):
+        LeaderElector(MemoryLease(), "a", lease_duration=5, renew_deadline=5, retry_period=1)
+
+
+def test_micro_time() -> None:
+    moment = datetime(2024, 2, 3, 4, 5, 6, 789, tzinfo=UTC)
+    assert micro_time(moment) == "2024-02-03T04:05:06.000789Z"
+
+
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"
+
+
+def test_kube_lease_store_speaks_the_lease_api() -> None:
+    t = FakeTransport()
+    store = KubeLeaseStore(RestClient(t), "kube-system", "koord-scheduler", timeout=5)
+    t.on("GET", f"{LEASES}/koord-scheduler", status_response(404, "NotFound", "no"))
+    assert store.get() is None
+    t.on("POST", LEASES, json_response({"metadata": {"resourceVersion": "7"}}, 201))
+    record = LeaseRecord("me", 15, "t0", "t0", 0)
+    assert store.create(record) == "7"
+    body = t.sent("POST", LEASES)[0].body
+    assert body["kind"] == "Lease" and body["metadata"]["name"] == "koord-scheduler"
+    assert body["spec"] == {
+        "holderIdentity": "me",
+        "leaseDurationSeconds": 15,
+        "leaseTransitions": 0,
+        "acquireTime": "t0",
+        "renewTime": "t0",
+    }
+    t.on("PUT", f"{LEASES}/koord-scheduler", status_response(409, "Conflict", "stale"))
+    with pytest.raises(LeaseConflict):
+        store.update(record, "7")
+    assert t.sent("PUT", f"{LEASES}/koord-scheduler")[0].body["metadata"]["resourceVersion"] == "7"
+    t2 = FakeTransport()
+    t2.on(
+        "GET",
+        f"{LEASES}/koord-scheduler",
+        json_response(
+            {
+                "metadata": {"resourceVersion": "9"},
+                "spec": {"holderIdentity": "x", "leaseDurationSeconds": 4, "leaseTransitions": 2},
+            }
+        ),
+    )
+    got = KubeLeaseStore(RestClient(t2), "kube-system", "koord-scheduler", 5).get()
+    assert got == (LeaseRecord("x", 4, "", "", 2), "9")

@@ -1,0 +1,135 @@
+"""config/crd and config/scheduler: well-formed manifests that agree with the code.
+
+(The e2e tier applies them to a real API server under RBAC; these checks are the fast part.)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from apis.device import GROUP, KIND, PLURAL, VERSION
+from scheduler.config import load_config, parse_config
+from scheduler.kube.cluster import DEVICES_PATH, NODES_PATH, PODS_FIELD_SELECTOR, PODS_PATH
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def docs(folder: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for path in sorted((ROOT / folder).glob("*.yaml")):
+        out.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
+    return out
+
+
+def by_kind(kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [
+        d
+        for d in docs("config/scheduler") + docs("config/crd")
+        if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)
+    ]
+    assert len(found) == 1, (kind, name, len(found))
+    return found[0]
+
+
+def test_every_manifest_has_kind_name_and_labels() -> None:
+    for doc in docs("config/scheduler") + docs("config/crd"):
+        assert doc["apiVersion"] and doc["kind"] and doc["metadata"]["name"]
+        if doc["kind"] != "Namespace":
+            assert doc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "koord-py"
+
+
+def test_configmap_holds_the_shipped_configuration() -> None:
+    cm = by_kind("ConfigMap")
+    embedded = parse_config(yaml.safe_load(cm["data"]["scheduler-config.yaml"]), "configmap")
+    assert embedded == load_config(ROOT / "config/scheduler-config.yaml")
+
+
+def test_deployment_runs_two_replicas_with_probes_and_scrape_annotations() -> None:
+    dep = by_kind("Deployment")
+    spec = dep["spec"]
+    assert spec["replicas"] == 2
+    pod = spec["template"]
+    assert pod["metadata"]["annotations"] == {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": "10251",
+        "prometheus.io/path": "/metrics",
+    }
+    (container,) = pod["spec"]["containers"]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/livez"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["ports"][0]["containerPort"] == 10251
+    assert container["command"][:2] == ["koord-scheduler", "run"]
+    assert pod["spec"]["serviceAccountName"] == by_kind("ServiceAccount")["metadata"]["name"]
+    cm_name = by_kind("ConfigMap")["metadata"]["name"]
+    assert pod["spec"]["volumes"][0]["configMap"]["name"] == cm_name
+
+
+def test_cluster_role_is_least_privilege() -> None:
+    rules = by_kind("ClusterRole")["rules"]
+    grants = {
+        (group, res, verb)
+        for r in rules
+        for group in r["apiGroups"]
+        for res in r["resources"]
+        for verb in r["verbs"]
+    }
+    assert grants == {
+        ("", "nodes", "get"), ("", "nodes", "list"), ("", "nodes", "watch"),
+        ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"),
+        ("", "pods/binding", "create"),
+        ("", "pods/status", "patch"),
+        ("", "events", "create"), ("", "events", "patch"),
+        (GROUP, PLURAL, "get"), (GROUP, PLURAL, "list"), (GROUP, PLURAL, "watch"),
+    }  # fmt: skip
+    assert NODES_PATH == "/api/v1/nodes" and PODS_PATH == "/api/v1/pods"
+    assert f"/apis/{GROUP}/{VERSION}/{PLURAL}" == DEVICES_PATH
+    assert "status.phase" in PODS_FIELD_SELECTOR
+
+
+def test_lease_role_matches_the_configuration() -> None:
+    le = load_config(ROOT / "config/scheduler-config.yaml").leader_election
+    role = by_kind("Role")
+    assert role["metadata"]["namespace"] == le.resource_namespace
+    named = [r for r in role["rules"] if r.get("resourceNames")]
+    assert named[0]["resourceNames"] == [le.resource_name]
+    binding = by_kind("RoleBinding")
+    assert binding["metadata"]["namespace"] == le.resource_namespace
+    sa = by_kind("ServiceAccount")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": sa["metadata"]["name"],
+         "namespace": sa["metadata"]["namespace"]}
+    ]  # fmt: skip
+
+
+def test_crd_is_the_cluster_scoped_device_with_the_spec_schema() -> None:
+    crd = by_kind("CustomResourceDefinition")
+    spec = crd["spec"]
+    assert crd["metadata"]["name"] == f"{PLURAL}.{GROUP}"
+    assert spec["scope"] == "Cluster" and spec["group"] == GROUP
+    assert spec["names"]["kind"] == KIND and spec["names"]["plural"] == PLURAL
+    (version,) = spec["versions"]
+    assert version["name"] == VERSION and version["subresources"] == {"status": {}}
+    item = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["devices"][
+        "items"
+    ]["properties"]
+    assert set(item) == {
+        "type", "id", "minor", "moduleID", "health", "resources", "topology", "labels",
+        "vfGroups", "conditions",
+    }  # fmt: skip
+    assert set(item["topology"]["properties"]) == {"socketID", "nodeID", "pcieID", "busID"}
+    assert set(item["vfGroups"]["items"]["properties"]) == {"labels", "vfs"}
+    assert set(item["vfGroups"]["items"]["properties"]["vfs"]["items"]["properties"]) == {
+        "minor",
+        "busID",
+    }
+    assert item["resources"]["additionalProperties"]["x-kubernetes-int-or-string"] is True
+
+
+def test_prometheus_example_scrapes_the_annotated_pods() -> None:
+    cfg = yaml.safe_load((ROOT / "config/prometheus/scrape-config.yaml").read_text())
+    (job,) = cfg["scrape_configs"]
+    keeps = [r for r in job["relabel_configs"] if r.get("action") == "keep"]
+    assert any(r["regex"] == "koord-scheduler" for r in keeps)

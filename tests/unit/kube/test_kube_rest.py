@@ -1,0 +1,142 @@
+"""scheduler.kube.rest: headers, JSON, error mapping, rate limit, watch stream decoding."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler.kube.ratelimit import TokenBucket
+from scheduler.kube.rest import (
+    ApiError,
+    RawResponse,
+    RestClient,
+    TransportError,
+    WatchStream,
+    path_segment,
+)
+from tests.fakes import FakeClock
+from tests.unit.kube.kube_fakes import (
+    FakeStream,
+    FakeTransport,
+    event,
+    json_response,
+    status_response,
+)
+
+
+def test_request_sends_token_json_and_query() -> None:
+    t = FakeTransport()
+    t.on("POST", "/api/v1/namespaces/ns/pods/p/binding", json_response({"status": "Success"}, 201))
+    rest = RestClient(t, token=lambda: "Bearer abc")
+    got = rest.request(
+        "POST", "/api/v1/namespaces/ns/pods/p/binding", query={"dryRun": "All"}, body={"a": 1}
+    )
+    assert got == {"status": "Success"}
+    (req,) = t.requests
+    assert req.headers["Authorization"] == "Bearer abc"
+    assert req.headers["Content-Type"] == "application/json"
+    assert req.headers["Accept"] == "application/json"
+    assert req.query == {"dryRun": "All"}
+    assert req.body == {"a": 1}
+
+
+def test_get_has_no_content_type_and_no_token_when_none() -> None:
+    t = FakeTransport()
+    t.on("GET", "/api/v1/nodes", json_response({"items": []}))
+    RestClient(t).request("GET", "/api/v1/nodes")
+    (req,) = t.requests
+    assert "Content-Type" not in req.headers and "Authorization" not in req.headers
+
+
+@pytest.mark.parametrize(
+    ("response", "status", "reason", "message"),
+    [
+        (
+            status_response(409, "Conflict", "pod is already assigned"),
+            409,
+            "Conflict",
+            "pod is already assigned",
+        ),
+        (
+            status_response(404, "NotFound", 'pods "p" not found'),
+            404,
+            "NotFound",
+            'pods "p" not found',
+        ),
+        (RawResponse(503, b"upstream gone"), 503, "", "upstream gone"),
+        (RawResponse(500, b""), 500, "", "HTTP 500"),
+    ],
+    ids=["status-409", "status-404", "plain-text", "empty"],
+)
+def test_errors_become_api_errors(
+    response: RawResponse, status: int, reason: str, message: str
+) -> None:
+    t = FakeTransport()
+    t.on("GET", "/x", response)
+    with pytest.raises(ApiError) as exc:
+        RestClient(t).request("GET", "/x")
+    assert (exc.value.status, exc.value.reason, exc.value.message) == (status, reason, message)
+
+
+def test_transport_errors_pass_through_and_bad_json_is_a_transport_error() -> None:
+    t = FakeTransport()
+    t.on("GET", "/down", TransportError("connection refused"))
+    t.on("GET", "/garbage", RawResponse(200, b"<html>"))
+    rest = RestClient(t)
+    with pytest.raises(TransportError, match="refused"):
+        rest.request("GET", "/down")
+    with pytest.raises(TransportError, match="undecodable"):
+        rest.request("GET", "/garbage")
+
+
+def test_requests_take_a_token_from_the_bucket() -> None:
+    clock = FakeClock()
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock.advance(seconds)
+
+    t = FakeTransport()
+    t.on("GET", "/x", json_response({}))
+    rest = RestClient(t, limiter=TokenBucket(10, 2, clock=clock.now, sleep=sleep))
+    for _ in range(4):
+        rest.request("GET", "/x")
+    assert slept == pytest.approx([0.1, 0.1])
+
+
+def test_with_limiter_shares_the_transport() -> None:
+    t = FakeTransport()
+    rest = RestClient(t, limiter=TokenBucket(1, 1))
+    other = rest.with_limiter(None)
+    assert other.transport is t and other.limiter is None
+
+
+def test_watch_stream_splits_lines_across_chunks() -> None:
+    a = event("ADDED", {"metadata": {"name": "a"}})
+    b = event("DELETED", {"metadata": {"name": "b"}})
+    chunks = [a[:7], a[7:] + b[:3], b[3:-1], b[-1:]]
+    events = list(WatchStream(FakeStream(chunks)))
+    assert events == [
+        ("ADDED", {"metadata": {"name": "a"}}),
+        ("DELETED", {"metadata": {"name": "b"}}),
+    ]
+
+
+def test_watch_stream_rejects_garbage() -> None:
+    with pytest.raises(TransportError):
+        list(WatchStream(FakeStream([b"not json\n"])))
+    with pytest.raises(TransportError):
+        list(WatchStream(FakeStream([b'{"type":"ADDED"}\n'])))
+
+
+def test_watch_non_200_raises_with_the_status_body() -> None:
+    t = FakeTransport()
+    body = status_response(410, "Expired", "too old resource version").body
+    t.on_watch("/api/v1/pods", FakeStream(status=410, body=body))
+    with pytest.raises(ApiError) as exc:
+        RestClient(t).watch("/api/v1/pods", {"watch": "1"}, read_timeout=1)
+    assert exc.value.status == 410 and exc.value.reason == "Expired"
+
+
+def test_path_segment_escapes() -> None:
+    assert path_segment("a/b c") == "a%2Fb%20c"

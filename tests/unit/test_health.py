@@ -1,0 +1,70 @@
+"""scheduler.health: kube-style check output and the HTTP endpoints on one port."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from scheduler.health import Check, HealthServer, run_checks
+
+
+def test_run_checks_formats_like_kube() -> None:
+    ok = Check("ping", lambda: None)
+    bad = Check("informer-sync", lambda: "caches not synced: Pod")
+    assert run_checks([ok], "readyz", verbose=False) == (True, "ok")
+    assert run_checks([ok], "readyz", verbose=True) == (True, "[+]ping ok\nreadyz check passed")
+    assert run_checks([ok, bad], "readyz", verbose=False) == (
+        False,
+        "[-]informer-sync failed: caches not synced: Pod\nreadyz check failed",
+    )
+
+
+def test_a_raising_probe_fails() -> None:
+    def boom() -> str | None:
+        raise RuntimeError("oops")
+
+    ok, body = run_checks([Check("x", boom)], "livez", verbose=False)
+    assert not ok and "RuntimeError: oops" in body
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[HealthServer, dict[str, str | None]]]:
+    state: dict[str, str | None] = {"ready": "not leading", "live": None}
+    srv = HealthServer(
+        "127.0.0.1",
+        0,
+        live=[Check("threads", lambda: state["live"])],
+        ready=[Check("ping", lambda: None), Check("leader", lambda: state["ready"])],
+        metrics=lambda: b"# HELP x y\n# TYPE x gauge\nx 1.0\n",
+    )
+    srv.start()
+    yield srv, state
+    srv.stop()
+
+
+def get(srv: HealthServer, path: str) -> tuple[int, str, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{srv.port}{path}", timeout=5) as r:
+            return r.status, r.headers["Content-Type"], r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers["Content-Type"], exc.read().decode()
+
+
+def test_endpoints(server: tuple[HealthServer, dict[str, str | None]]) -> None:
+    srv, state = server
+    assert get(srv, "/healthz")[::2] == (200, "ok\n")
+    assert get(srv, "/livez")[::2] == (200, "ok\n")
+    code, _, body = get(srv, "/readyz")
+    assert code == 503 and "[-]leader failed: not leading" in body
+    state["ready"] = None
+    assert get(srv, "/readyz")[::2] == (200, "ok\n")
+    code, _, body = get(srv, "/readyz?verbose")
+    assert code == 200 and "[+]ping ok" in body and "[+]leader ok" in body
+    state["live"] = "threads not running: Pod"
+    assert get(srv, "/livez")[0] == 503
+    code, ctype, body = get(srv, "/metrics")
+    assert code == 200 and ctype.startswith("text/plain; version=0.0.4") and "x 1.0" in body
+    assert get(srv, "/nope")[0] == 404

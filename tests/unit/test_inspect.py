@@ -1,0 +1,157 @@
+"""scheduler.inspect: the per-card account from Device CRs and annotations, the table, files,
+and ``koord-scheduler inspect --file``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from apis.core import decode_node, decode_pod
+from apis.device import Device
+from scheduler.cli import main
+from scheduler.inspect import INVALID, InspectError, card_usage, load_objects, render_inspect
+
+ALLOCATED = "scheduling.koordinator.sh/device-allocated"
+GIB = 1024**3
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def device(name: str, gpus: int = 2, unhealthy: tuple[int, ...] = ()) -> dict[str, object]:
+    return {
+        "apiVersion": "scheduling.koordinator.sh/v1alpha1",
+        "kind": "Device",
+        "metadata": {"name": name},
+        "spec": {
+            "devices": [
+                {
+                    "type": "gpu",
+                    "id": f"GPU-{name}-{m}",
+                    "minor": m,
+                    "health": m not in unhealthy,
+                    "resources": {
+                        "koordinator.sh/gpu-core": "100",
+                        "koordinator.sh/gpu-memory": "16Gi",
+                        "koordinator.sh/gpu-memory-ratio": "100",
+                    },
+                }
+                for m in range(gpus)
+            ]
+        },
+    }
+
+
+def node(name: str) -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"node.koordinator.sh/gpu-model": "T4"}},
+    }
+
+
+def pod(name: str, node_name: str, alloc: object, phase: str = "Running") -> dict[str, object]:
+    text = alloc if isinstance(alloc, str) else json.dumps(alloc)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ns", "annotations": {ALLOCATED: text}},
+        "spec": {"nodeName": node_name},
+        "status": {"phase": phase},
+    }
+
+
+def share(minor: int, core: int, **extra: str) -> dict[str, object]:
+    res = {"koordinator.sh/gpu-core": str(core), **extra}
+    return {"gpu": [{"minor": minor, "resources": res}]}
+
+
+def test_card_usage_fills_memory_and_ratio_and_skips_terminal_pods() -> None:
+    errors: list[object] = []
+    cards = card_usage(
+        {"n1": decode_node(node("n1"))},
+        [Device.from_dict(device("n1", unhealthy=(1,)))],
+        [
+            decode_pod(pod("a", "n1", share(0, 50, **{"koordinator.sh/gpu-memory-ratio": "50"}))),
+            decode_pod(pod("b", "n1", share(0, 25, **{"koordinator.sh/gpu-memory": "4Gi"}))),
+            decode_pod(pod("done", "n1", share(0, 25), phase="Succeeded")),
+            decode_pod(pod("bad", "n1", "{")),
+        ],
+        errors=errors,  # type: ignore[arg-type]
+    )
+    c0, c1 = cards
+    assert (c0.node, c0.minor, c0.uuid, c0.model, c0.healthy) == ("n1", 0, "GPU-n1-0", "T4", True)
+    assert c0.allocated == {
+        "koordinator.sh/gpu-core": 75,
+        "koordinator.sh/gpu-memory": 12 * GIB,
+        "koordinator.sh/gpu-memory-ratio": 75,
+    }
+    assert c0.pods == ["ns/a", "ns/b", f"ns/bad{INVALID}"]
+    assert not c1.healthy and c1.pods == []
+    assert [p.name for p in errors] == ["bad"]  # type: ignore[attr-defined]
+
+
+def test_render_marks_unhealthy_cards_and_filters_a_node() -> None:
+    nodes = {"n1": decode_node(node("n1")), "n2": decode_node(node("n2"))}
+    devices = [Device.from_dict(device("n1", unhealthy=(1,))), Device.from_dict(device("n2"))]
+    pods = [decode_pod(pod("a", "n1", share(0, 50, **{"koordinator.sh/gpu-memory-ratio": "50"})))]
+    out = render_inspect(nodes, devices, pods)
+    lines = out.splitlines()
+    assert lines[0] == "GPU CARDS (allocated/total)"
+    assert lines[1].split() == ["NODE", "GPU", "MODEL", "HEALTH", "GPU-CORE", "GPU-MEMORY", "PODS"]
+    assert lines[2].split() == ["n1", "0", "T4", "ok", "50/100", "8Gi/16Gi", "ns/a"]
+    assert lines[3].split() == ["1", "T4", "UNHEALTHY", "0/100", "0/16Gi", "-"]
+    assert "2 nodes, 4 GPUs (1 unhealthy), 1 pods holding GPUs" in out
+    one = render_inspect(nodes, devices, pods, "n2")
+    assert "n1" not in one and "n2" in one
+    with pytest.raises(InspectError, match="not found"):
+        render_inspect(nodes, devices, pods, "n9")
+    assert "no Device CR" in render_inspect({"n3": decode_node(node("n3"))}, devices, pods, "n3")
+
+
+def test_load_objects_merges_files_later_wins(tmp_path: Path) -> None:
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(yaml.safe_dump_all([node("n1"), device("n1"), pod("a", "", share(0, 1))]))
+    result = tmp_path / "result.json"
+    result.write_text(
+        json.dumps({"apiVersion": "v1", "kind": "List", "items": [pod("a", "n1", share(1, 40))]})
+    )
+    nodes, devices, pods = load_objects([scenario, result])
+    assert list(nodes) == ["n1"] and [d.name for d in devices] == ["n1"]
+    (only,) = pods
+    assert only.node_name == "n1"
+    with pytest.raises(InspectError, match="cannot read"):
+        load_objects([tmp_path / "missing.yaml"])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: Node\nmetadata: {name: 7}\n")
+    with pytest.raises(InspectError, match="document 1"):
+        load_objects([bad])
+
+
+def test_cli_inspect_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        yaml.safe_dump_all([node("n1"), device("n1"), pod("a", "n1", share(0, 30))])
+    )
+    assert main(["inspect", "--file", str(scenario)]) == 0
+    out = capsys.readouterr().out
+    assert "30/100" in out and "ns/a" in out
+    assert main(["inspect", "n9", "--file", str(scenario)]) == 2
+    assert "node 'n9' not found" in capsys.readouterr().err
+
+
+def test_cli_inspect_reads_simulate_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    demo = ROOT / "config/examples/demo-cluster.yaml"
+    assert main(["simulate", str(demo), "-o", "yaml"]) == 0
+    result = tmp_path / "result.yaml"
+    result.write_text(capsys.readouterr().out)
+    assert main(["inspect", "--file", str(demo), "--file", str(result)]) == 0
+    table = capsys.readouterr().out
+    assert main(["simulate", str(demo)]) == 0
+    simulated = capsys.readouterr().out
+    # The same per-card rows as the simulator's own table.
+    rows = [line for line in table.splitlines() if "/100" in line]
+    assert rows and all(row in simulated for row in rows)
