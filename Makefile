@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: all demo test test-unit bench lint proto kube-apiserver clean
+.PHONY: all demo test test-unit bench bench-b2 lint proto kube-apiserver clean
 
 all: test
 
@@ -29,6 +29,10 @@ test-unit: $(STAMP)
 ## bench: benchmark B1 (in-process scheduling throughput)
 bench: $(STAMP)
 	$(BIN)/python bench/b1_throughput.py
+
+## bench-b2: benchmark B2 (end to end against a real kube-apiserver)
+bench-b2: $(STAMP)
+	$(BIN)/python bench/b2_e2e.py
 
 ## lint: ruff, mypy (strict) on the packages, import-linter layer contracts
 lint: $(STAMP)

@@ -3,7 +3,7 @@
 Role: per-card gauges read from the device library at scrape time (a custom collector), the
 agent's own counters (device sync passes, checkpoint errors) and the runtime-hook observer
 (``observe(stage, result, seconds)``) that the hook registry calls; all on an explicit
-``CollectorRegistry`` given by the caller. ``docs/metrics-koordlet.md`` documents each metric.
+``CollectorRegistry`` given by the caller. ``docs/metrics.md`` documents each metric.
 
 Invariants:
 
