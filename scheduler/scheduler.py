@@ -47,6 +47,7 @@ from scheduler.framework.status import Code, Status
 from scheduler.framework.types import Diagnosis, FitError, SlotNodes
 
 PLUGIN_METRICS_SAMPLE_PERCENT = 10
+NOT_READY_POLL = 0.1
 QUEUE_STATS_INTERVAL = 1.0
 
 log = structlog.get_logger("koord-scheduler")
@@ -273,7 +274,12 @@ class Scheduler:
         Also publishes ``queue_stats`` (for metrics) at most every ``QUEUE_STATS_INTERVAL``."""
         while not stop.is_set():
             self._publish_queue_stats()
-            if ready() and self.schedule_one():
+            if not ready():
+                # Readiness (leadership, cache sync) changes outside the inbox: poll it often
+                # so a new leader starts within ~0.1 s, and keep caches warm meanwhile.
+                self.drain(block=True, timeout=NOT_READY_POLL)
+                continue
+            if self.schedule_one():
                 continue
             wake = self.queue.next_wakeup()
             wait = 1.0 if wake is None else min(1.0, max(0.0, wake - self.clock.now()))
