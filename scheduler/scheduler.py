@@ -45,6 +45,7 @@ from scheduler.framework.interfaces import BindError, Clock, Handle, PluginFacto
 from scheduler.framework.runtime import Framework, FrameworkError, Observer
 from scheduler.framework.status import Code, Status
 from scheduler.framework.types import Diagnosis, FitError, SlotNodes
+from scheduler.framework.waiting import WaitingPod, WaitingPods
 
 PLUGIN_METRICS_SAMPLE_PERCENT = 10
 NOT_READY_POLL = 0.1
@@ -125,6 +126,7 @@ class Scheduler:
         self.cache = Cache(self.clock)
         self._event_handlers: list[Callable[[Change], None]] = []
         shared: dict[str, Any] = {}
+        self.waiting_pods = WaitingPods()
         self.profiles: dict[str, Framework] = {}
         for profile in config.profiles:
             handle = Handle(
@@ -134,6 +136,7 @@ class Scheduler:
                 profile.scheduler_name,
                 shared=shared,
                 event_handlers=self._event_handlers,
+                waiting_pods=self.waiting_pods,
             )
             self.profiles[profile.scheduler_name] = Framework(
                 profile, registry, handle, default_plugins, self.observer
@@ -341,7 +344,7 @@ class Scheduler:
             self._fail_status(fwk, qpi, status, cycle)
             self.observer.attempt(_result_of(status), fwk.name, time.perf_counter() - start)
             return
-        status, wait = fwk.run_permit(state, assumed, node_name)
+        status, waits = fwk.run_permit(state, assumed, node_name)
         if status is not None and status.code != Code.WAIT:
             fwk.run_unreserve(state, assumed, node_name)
             self.cache.forget_pod(assumed)
@@ -351,8 +354,12 @@ class Scheduler:
         self.observer.attempt("scheduled", fwk.name, time.perf_counter() - start)
         if self._log_decisions:
             log.info("scheduled", pod=pod.key, node=node_name, cycle=cycle, attempts=qpi.attempts)
+        waiting = None
+        if waits:
+            waiting = WaitingPod(assumed, waits)
+            self.waiting_pods.add(waiting)
         self._in_flight += 1
-        self._binder.submit(self._binding_cycle, fwk, state, qpi, assumed, wait)
+        self._binder.submit(self._binding_cycle, fwk, state, qpi, assumed, waiting)
 
     def _select_node(self, fwk: Framework, state: CycleState, pod: Pod) -> str:
         snapshot = self.cache.snapshot
@@ -414,14 +421,19 @@ class Scheduler:
     # -- binding cycle (worker thread) ------------------------------------------------------------
 
     def _binding_cycle(
-        self, fwk: Framework, state: CycleState, qpi: QueuedPodInfo, assumed: Pod, wait: float
+        self,
+        fwk: Framework,
+        state: CycleState,
+        qpi: QueuedPodInfo,
+        assumed: Pod,
+        waiting: WaitingPod | None,
     ) -> None:
         node = assumed.node_name
         status: Status | None = None
         try:
-            if wait > 0:
-                status = Status(Code.UNSCHEDULABLE, ("rejected by permit: wait timed out",))
-                time.sleep(wait)  # no plugin in this project allows waiting pods early
+            if waiting is not None:
+                status = waiting.wait()
+                self.waiting_pods.remove(assumed.uid)
             if status is None:
                 status = fwk.run_pre_bind(state, assumed, node)
             if status is None:
@@ -462,6 +474,11 @@ class Scheduler:
             )
         if gone:
             return  # deleted or bound by someone else: nothing to retry
+        if status.is_rejected:
+            # A Permit plugin rejected the waiting pod (or its wait timed out): a verdict, so
+            # the pod waits for an event that plugin registered, like any unschedulable pod.
+            self._fail_status(fwk, outcome.qpi, status, self.queue.scheduling_cycle)
+            return
         message = f"Binding rejected: {status.message}"
         self.failures[assumed.key] = message
         self.queue.requeue_with_backoff(outcome.qpi)

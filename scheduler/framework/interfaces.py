@@ -25,6 +25,7 @@ from scheduler.framework.cycle_state import CycleState
 from scheduler.framework.events import Change, ClusterEvent
 from scheduler.framework.status import Status
 from scheduler.framework.types import BoolArray, IntArray, NodeInfo, Snapshot
+from scheduler.framework.waiting import WaitingPods
 
 MAX_NODE_SCORE = 100
 MIN_NODE_SCORE = 0
@@ -79,7 +80,8 @@ class BindError(Exception):
 
 
 class Handle:
-    """What a plugin may use: the snapshot, the cluster client, the clock, shared state."""
+    """What a plugin may use: the snapshot, the cluster client, the clock, shared state,
+    and the waiting pods."""
 
     def __init__(
         self,
@@ -89,8 +91,11 @@ class Handle:
         profile_name: str = "",
         shared: dict[str, Any] | None = None,
         event_handlers: list[Callable[[Change], None]] | None = None,
+        waiting_pods: WaitingPods | None = None,
     ) -> None:
         self.snapshot = snapshot
+        self.waiting_pods = waiting_pods if waiting_pods is not None else WaitingPods()
+        """Pods parked by Permit; a plugin allows or rejects them here."""
         self.client = client
         self.clock = clock
         self.profile_name = profile_name

@@ -62,6 +62,7 @@ EXTENSION_POINT_LABELS = {
 }
 
 MAX_TOTAL_SCORE = 2**62
+MAX_PERMIT_WAIT = 15 * 60.0  # kube-scheduler's maxTimeout for a waiting pod
 
 
 class FrameworkError(ValueError):
@@ -565,10 +566,11 @@ class Framework:
 
     def run_permit(
         self, state: CycleState, pod: Pod, node_name: str
-    ) -> tuple[Status | None, float]:
-        """(status, longest wait) — Wait when any plugin asked to wait and none rejected."""
+    ) -> tuple[Status | None, dict[str, float]]:
+        """(status, plugin -> wait seconds). A Wait status means the pod must wait for every
+        plugin in the map to allow it (``framework.waiting``); a rejection ends the loop."""
         start = self._now()
-        wait = 0.0
+        waits: dict[str, float] = {}
         result: Status | None = None
         for plugin in self._enabled["permit"]:
             try:
@@ -579,14 +581,14 @@ class Framework:
                 continue
             status = status.with_plugin(plugin.name)
             if status.code == Code.WAIT:
-                wait = max(wait, timeout)
+                waits[plugin.name] = max(0.0, min(timeout, MAX_PERMIT_WAIT))
                 result = status
                 continue
             result = status
-            wait = 0.0
+            waits = {}
             break
         self._observe("permit", result, start)
-        return result, wait
+        return result, waits
 
     def run_pre_bind(self, state: CycleState, pod: Pod, node_name: str) -> Status | None:
         start = self._now()

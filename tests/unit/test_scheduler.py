@@ -25,8 +25,13 @@ def _setup(
         cluster.apply_node(make_node(f"n{i}").cpu("4").memory("8Gi").obj())
     clock = SimulatedClock()
     sched = Scheduler(
-        config or default_config(), cluster, in_tree_registry(), default_plugins(),
-        clock=clock, rng=random.Random(seed), bind_workers=1,
+        config or default_config(),
+        cluster,
+        in_tree_registry(),
+        default_plugins(),
+        clock=clock,
+        rng=random.Random(seed),
+        bind_workers=1,
     )
     return cluster, sched, clock
 
@@ -46,8 +51,11 @@ def test_pods_are_bound_and_spread_by_least_allocated() -> None:
     assert placed == ["n0", "n0", "n1", "n1"]
     assert cluster.binds == 4
     assert [e.reason for e in cluster.events] == ["Scheduled"] * 4
-    assert any(e.message == "Successfully assigned default/p0 to n0" or
-               e.message == "Successfully assigned default/p0 to n1" for e in cluster.events)
+    assert any(
+        e.message == "Successfully assigned default/p0 to n0"
+        or e.message == "Successfully assigned default/p0 to n1"
+        for e in cluster.events
+    )
 
 
 def test_pods_of_other_schedulers_are_ignored_but_counted() -> None:
@@ -151,16 +159,85 @@ def test_ties_are_broken_by_the_seeded_generator(seed: int) -> None:
 
 
 def test_percentage_of_nodes_to_score_samples_but_places_everything() -> None:
-    config = parse_config({
-        "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
-        "percentageOfNodesToScore": 10,
-        "profiles": [{"schedulerName": OURS}],
-    })
+    config = parse_config(
+        {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "percentageOfNodesToScore": 10,
+            "profiles": [{"schedulerName": OURS}],
+        }
+    )
     cluster, sched, _ = _setup(nodes=300, config=config)
     for i in range(300):
         cluster.apply_pod(make_pod(f"p{i}").req(cpu="4").scheduler(OURS).obj())
     sched.run_until_idle()
     sched.close()
-    assert sorted(p.node_name for p in cluster.pods.values()) == sorted(
-        f"n{i}" for i in range(300)
+    assert sorted(p.node_name for p in cluster.pods.values()) == sorted(f"n{i}" for i in range(300))
+
+
+class GatePermit:
+    """Permit that parks every pod (a gang plugin would allow them together)."""
+
+    name = "Gate"
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+
+    def permit(self, state: object, pod: object, node_name: str) -> tuple[object, float]:
+        from scheduler.framework.status import WAIT
+
+        return WAIT, self.timeout
+
+
+def _gated(timeout: float) -> tuple[InMemoryCluster, Scheduler, SimulatedClock]:
+    config = parse_config(
+        {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "profiles": [
+                {"schedulerName": OURS, "plugins": {"permit": {"enabled": [{"name": "Gate"}]}}}
+            ],
+        }
     )
+    registry = in_tree_registry() | {"Gate": lambda args, handle: GatePermit(timeout)}
+    cluster = InMemoryCluster()
+    cluster.apply_node(make_node("n0").cpu("4").memory("8Gi").obj())
+    clock = SimulatedClock()
+    sched = Scheduler(
+        config,
+        cluster,
+        registry,
+        default_plugins(),
+        clock=clock,
+        rng=random.Random(0),
+        bind_workers=2,
+    )
+    return cluster, sched, clock
+
+
+def test_a_waiting_pod_binds_once_its_permit_plugin_allows_it() -> None:
+    cluster, sched, _ = _gated(timeout=30)
+    cluster.apply_pod(make_pod("p").req(cpu="3").uid("uid-p").scheduler(OURS).obj())
+    assert sched.schedule_one()
+    waiting = sched.waiting_pods.get("uid-p")
+    assert waiting is not None and waiting.pending_plugins == ["Gate"]
+    assert _requests(cluster, sched, "n0") == 3000  # assumed while it waits
+    waiting.allow("Gate")
+    sched.run_until_idle()
+    sched.close()
+    assert cluster.pods["default/p"].node_name == "n0"
+    assert len(sched.waiting_pods) == 0
+
+
+def test_a_waiting_pod_times_out_and_releases_its_resources() -> None:
+    cluster, sched, _ = _gated(timeout=0.05)
+    cluster.apply_pod(make_pod("p").req(cpu="3").scheduler(OURS).obj())
+    sched.run_until_idle()
+    sched.wait_for_writes()
+    sched.close()
+    assert cluster.pods["default/p"].node_name == ""
+    assert _requests(cluster, sched, "n0") == 0
+    assert (
+        sched.failures["default/p"] == "rejected due to timeout after waiting 0.05s at plugin Gate"
+    )
+    assert sched.queue.pending_counts()["unschedulable"] == 1
