@@ -39,6 +39,7 @@ from scheduler.framework.events import (
     ClusterEvent,
 )
 from scheduler.framework.interfaces import MAX_NODE_SCORE, PluginArgsError, PreFilterExtensions
+from scheduler.framework.plugin_args import LEAST_ALLOCATED, MOST_ALLOCATED, ArgsReader
 from scheduler.framework.status import Status, error, unschedulable
 from scheduler.framework.types import BoolArray, IntArray, NodeInfo, Snapshot
 
@@ -58,8 +59,6 @@ __all__ = [
 PRE_FILTER_STATE_KEY = "PreFilterNodeResourcesFit"
 PRE_SCORE_STATE_KEY = "PreScoreNodeResourcesFit"
 REASON_TOO_MANY_PODS = "Too many pods"
-LEAST_ALLOCATED = "LeastAllocated"
-MOST_ALLOCATED = "MostAllocated"
 REQUESTED_TO_CAPACITY_RATIO = "RequestedToCapacityRatio"
 
 _INT64_MAX = 2**63 - 1
@@ -122,20 +121,10 @@ class NodeResourcesFitArgs:
 
 _ARG_KEYS = frozenset({"ignoredResources", "ignoredResourceGroups", "scoringStrategy"})
 _STRATEGY_KEYS = frozenset({"type", "resources", "requestedToCapacityRatio"})
-_RESOURCE_KEYS = frozenset({"name", "weight"})
 
 
-def _fail(path: str, problem: str) -> PluginArgsError:
-    return PluginArgsError(f"NodeResourcesFit args: {path}: {problem}")
-
-
-def _check_keys(value: Any, path: str, allowed: frozenset[str]) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise _fail(path, f"expected a mapping, got {value!r}")
-    unknown = sorted(str(k) for k in value if k not in allowed)
-    if unknown:
-        raise _fail(path, f"unknown field(s) {', '.join(unknown)}")
-    return value
+_ARGS = ArgsReader("NodeResourcesFit")
+_fail = _ARGS.fail
 
 
 def _string_list(value: Any, path: str) -> list[str]:
@@ -168,50 +157,19 @@ def parse_args(args: Mapping[str, Any]) -> NodeResourcesFitArgs:
     resources: tuple[tuple[str, int], ...] = ((CPU, 1), (MEMORY, 1))
     raw = args.get("scoringStrategy")
     if raw is not None:
-        raw = _check_keys(raw, "scoringStrategy", _STRATEGY_KEYS)
-        kind = raw.get("type")
-        if kind == REQUESTED_TO_CAPACITY_RATIO:
+        raw = _ARGS.mapping(raw, "scoringStrategy", _STRATEGY_KEYS)
+        if raw.get("type") == REQUESTED_TO_CAPACITY_RATIO:
             raise _fail(
                 "scoringStrategy.type",
                 "RequestedToCapacityRatio is not supported (use LeastAllocated or MostAllocated)",
             )
-        if kind not in (LEAST_ALLOCATED, MOST_ALLOCATED):
-            raise _fail(
-                "scoringStrategy.type",
-                f'unsupported value {kind!r}: supported values: "{LEAST_ALLOCATED}", '
-                f'"{MOST_ALLOCATED}"',
-            )
-        strategy = str(kind)
+        strategy = _ARGS.strategy_type(raw.get("type"), default=None)
         if raw.get("requestedToCapacityRatio") is not None:
             raise _fail(
                 "scoringStrategy.requestedToCapacityRatio",
                 "RequestedToCapacityRatio is not supported",
             )
-        specs = raw.get("resources")
-        if specs:
-            if not isinstance(specs, list | tuple):
-                raise _fail("scoringStrategy.resources", f"expected a list, got {specs!r}")
-            parsed: list[tuple[str, int]] = []
-            for i, spec in enumerate(specs):
-                path = f"scoringStrategy.resources[{i}]"
-                spec = _check_keys(spec, path, _RESOURCE_KEYS)
-                rname = spec.get("name")
-                if not isinstance(rname, str) or not rname:
-                    raise _fail(f"{path}.name", f"expected a non-empty string, got {rname!r}")
-                weight = spec.get("weight")
-                if weight is None:
-                    weight = 0
-                if isinstance(weight, bool) or not isinstance(weight, int):
-                    raise _fail(f"{path}.weight", f"expected an integer, got {weight!r}")
-                if weight == 0:
-                    weight = 1  # v1 defaulting
-                if not 0 < weight <= MAX_NODE_SCORE:
-                    raise _fail(
-                        f"{path}.weight",
-                        f"resource weight of {rname} not in valid range (0, 100], got {weight}",
-                    )
-                parsed.append((rname, weight))
-            resources = tuple(parsed)
+        resources = _ARGS.resource_weights(raw.get("resources")) or resources
     return NodeResourcesFitArgs(
         ignored_resources=frozenset(ignored),
         ignored_resource_groups=frozenset(groups),

@@ -18,7 +18,12 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from apis.resources import FPGA, GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO, RDMA
-from scheduler.framework.interfaces import PluginArgsError
+from scheduler.framework.plugin_args import (
+    LEAST_ALLOCATED,
+    MAX_RESOURCE_WEIGHT,
+    MOST_ALLOCATED,
+    ArgsReader,
+)
 
 __all__ = [
     "DEFAULT_RESOURCES",
@@ -29,10 +34,7 @@ __all__ = [
     "parse_args",
 ]
 
-LEAST_ALLOCATED: Final = "LeastAllocated"
-MOST_ALLOCATED: Final = "MostAllocated"
-_STRATEGIES: Final = (LEAST_ALLOCATED, MOST_ALLOCATED)
-MAX_WEIGHT: Final = 100
+MAX_WEIGHT: Final = MAX_RESOURCE_WEIGHT
 
 SCORABLE_RESOURCES: Final = (GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO, RDMA, FPGA)
 DEFAULT_RESOURCES: Final[tuple[tuple[str, int], ...]] = (
@@ -44,7 +46,6 @@ DEFAULT_RESOURCES: Final[tuple[tuple[str, int], ...]] = (
 
 _ARG_KEYS: Final = frozenset({"scoringStrategy"})
 _STRATEGY_KEYS: Final = frozenset({"type", "resources"})
-_RESOURCE_KEYS: Final = frozenset({"name", "weight"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,70 +56,18 @@ class DeviceShareArgs:
     resources: tuple[tuple[str, int], ...] = DEFAULT_RESOURCES
 
 
-def _fail(path: str, problem: str) -> PluginArgsError:
-    return PluginArgsError(f"DeviceShare args: {path}: {problem}")
-
-
-def _mapping(value: Any, path: str, allowed: frozenset[str]) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise _fail(path, f"expected a mapping, got {value!r}")
-    unknown = sorted(str(k) for k in value if k not in allowed)
-    if unknown:
-        raise _fail(path, f"unknown field(s) {', '.join(unknown)}")
-    return value
-
-
-def _resource(spec: Any, path: str) -> tuple[str, int]:
-    spec = _mapping(spec, path, _RESOURCE_KEYS)
-    name = spec.get("name")
-    if not isinstance(name, str) or not name:
-        raise _fail(f"{path}.name", f"expected a non-empty string, got {name!r}")
-    if name not in SCORABLE_RESOURCES:
-        allowed = ", ".join(SCORABLE_RESOURCES)
-        raise _fail(f"{path}.name", f"unsupported resource {name!r} (supported: {allowed})")
-    weight = spec.get("weight")
-    if weight is None:
-        weight = 0
-    if isinstance(weight, bool) or not isinstance(weight, int):
-        raise _fail(f"{path}.weight", f"expected an integer, got {weight!r}")
-    if weight == 0:
-        weight = 1
-    if not 0 < weight <= MAX_WEIGHT:
-        raise _fail(
-            f"{path}.weight",
-            f"resource weight of {name} not in valid range (0, {MAX_WEIGHT}], got {weight}",
-        )
-    return name, weight
+_ARGS = ArgsReader("DeviceShare")
 
 
 def parse_args(args: Mapping[str, Any]) -> DeviceShareArgs:
     """Validate DeviceShare's ``pluginConfig`` args (an empty mapping gives the defaults)."""
-    args = _mapping(args, "<args>", _ARG_KEYS)
+    args = _ARGS.mapping(args, "<args>", _ARG_KEYS)
     raw = args.get("scoringStrategy")
     if raw is None:
         return DeviceShareArgs()
-    raw = _mapping(raw, "scoringStrategy", _STRATEGY_KEYS)
-    kind = raw.get("type")
-    if kind is None or kind == "":
-        kind = LEAST_ALLOCATED
-    if kind not in _STRATEGIES:
-        raise _fail(
-            "scoringStrategy.type",
-            f'unsupported value {kind!r}: supported values: "{LEAST_ALLOCATED}", '
-            f'"{MOST_ALLOCATED}"',
-        )
-    specs = raw.get("resources")
-    if specs is None or (isinstance(specs, list | tuple) and not specs):
-        return DeviceShareArgs(str(kind), DEFAULT_RESOURCES)
-    if not isinstance(specs, list | tuple):
-        raise _fail("scoringStrategy.resources", f"expected a list, got {specs!r}")
-    parsed: list[tuple[str, int]] = []
-    seen: set[str] = set()
-    for i, spec in enumerate(specs):
-        path = f"scoringStrategy.resources[{i}]"
-        name, weight = _resource(spec, path)
-        if name in seen:
-            raise _fail(f"{path}.name", f"duplicate resource {name!r}")
-        seen.add(name)
-        parsed.append((name, weight))
-    return DeviceShareArgs(str(kind), tuple(parsed))
+    raw = _ARGS.mapping(raw, "scoringStrategy", _STRATEGY_KEYS)
+    kind = _ARGS.strategy_type(raw.get("type"))
+    resources = _ARGS.resource_weights(
+        raw.get("resources"), allowed=SCORABLE_RESOURCES, unique=True
+    )
+    return DeviceShareArgs(kind, resources or DEFAULT_RESOURCES)
