@@ -32,6 +32,11 @@ from scheduler.config import ConfigError, SchedulerConfiguration, default_config
 from scheduler.framework.runtime import FrameworkError
 from scheduler.inspect import InspectError, load_objects, render_inspect
 from scheduler.plugins.registry import default_plugins, in_tree_registry
+from scheduler.simulator.replay_cli import (
+    ReplayUsageError,
+    add_trace_arguments,
+    run_trace_command,
+)
 from scheduler.simulator.report import render
 from scheduler.simulator.run import simulate
 from scheduler.simulator.scenario import ScenarioError, load_scenario
@@ -54,8 +59,13 @@ def _load_config(path: str | None) -> SchedulerConfiguration:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
+    if args.nodes or args.pods:  # trace mode (SPEC §9): scheduler/simulator/replay_cli.py
+        try:
+            return run_trace_command(args, in_tree_registry(), default_plugins())
+        except ReplayUsageError as exc:
+            raise UserError(str(exc)) from None
     if args.file is None:
-        raise UserError("simulate needs a scenario FILE")
+        raise UserError("simulate needs a scenario FILE, or --nodes and --pods (a trace)")
     config = _load_config(args.config)
     try:
         scenario = load_scenario(args.file)
@@ -395,6 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="table (default), or every pod as it would be on the API server",
     )
     sim.add_argument("--seed", type=int, default=0, help="seed for tie-breaking (default 0)")
+    add_trace_arguments(sim)
     sim.set_defaults(func=cmd_simulate)
     _add_run(sub)
     _add_inspect(sub)

@@ -21,6 +21,7 @@ from scheduler.framework.interfaces import Handle, PluginArgsError, PluginFactor
 from scheduler.plugins import nodeaffinity, noderesources
 from scheduler.plugins.defaultbinder import DefaultBinder
 from scheduler.plugins.deviceshare import DeviceShare, new_deviceshare
+from scheduler.plugins.gpufragmentation import GPUFragmentation, new_gpufragmentation
 from scheduler.plugins.nodeaffinity import NodeAffinity
 from scheduler.plugins.nodename import NodeName
 from scheduler.plugins.noderesources import NodeResourcesFit
@@ -81,6 +82,7 @@ def in_tree_registry() -> dict[str, PluginFactory]:
         NodeResourcesFit.name: _new_node_resources_fit,
         DefaultBinder.name: _new_default_binder,
         DeviceShare.name: new_deviceshare,
+        GPUFragmentation.name: new_gpufragmentation,  # opt-in: not in default_plugins()
     }
     return registry
 

@@ -18,6 +18,14 @@ allocate), ``scoring`` and the shared ``NodeDeviceLedger``:
 - PreBind puts the ``device-allocated`` annotation (with each card's id) into
   ``state.bind_annotations``, so allocation and binding are one API write.
 
+Card choice by an external scorer (the one hook other plugins may use, through cycle state
+only, since plugins never import each other): an object stored under ``PREFERRED_GPUS_KEY``
+with a method ``get(node_name) -> Sequence[int] | None`` names the GPU minors to allocate on
+that node; Reserve allocates on exactly those cards when they satisfy the request (hints and
+all) and falls back to its own choice otherwise. Reserve publishes the allocation it made
+(the ``device-allocated`` text) under ``ALLOCATION_KEY`` for the reserve plugins after it, and
+Unreserve removes it. GPUFragmentation uses both.
+
 Invariants: the entry's request is frozen and only read after PreFilter; the ledger changes
 only through events and Reserve/Unreserve; both Filter forms and both Score forms agree on
 every node; the binding cycle (another thread) only reads the entry's precomputed annotation.
@@ -32,6 +40,7 @@ import numpy as np
 
 from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, DeviceAllocation, encode_allocations
 from apis.core import Pod
+from apis.resources import DEVICE_GPU
 from scheduler.framework.cycle_state import CycleState
 from scheduler.framework.events import (
     ASSIGNED_POD_DELETE,
@@ -56,12 +65,25 @@ from scheduler.plugins.deviceshare.request import (
     parse_request,
 )
 from scheduler.plugins.deviceshare.scoring import Scorer
+from scheduler.plugins.deviceshare.topology import NodeView
 
-__all__ = ["LEDGER_KEY", "NAME", "STATE_KEY", "DeviceShare", "DeviceShareState"]
+__all__ = [
+    "ALLOCATION_KEY",
+    "LEDGER_KEY",
+    "NAME",
+    "PREFERRED_GPUS_KEY",
+    "STATE_KEY",
+    "DeviceShare",
+    "DeviceShareState",
+]
 
 NAME = "DeviceShare"
 STATE_KEY = NAME
 LEDGER_KEY = "deviceshare/ledger"
+PREFERRED_GPUS_KEY = "DeviceShare/preferred-gpus"
+"""Cycle-state key of an external card choice: ``get(node_name) -> Sequence[int] | None``."""
+ALLOCATION_KEY = "DeviceShare/allocation"
+"""Cycle-state key where Reserve publishes the ``device-allocated`` text it reserved."""
 
 
 @dataclass(slots=True)
@@ -271,14 +293,36 @@ class DeviceShare:
         if entry.request is None:
             return None
         view = self.ledger.node_view(node_name, entry.request.device_types)
-        result = allocate(view, entry.request, self.scorer)
+        result = self._allocate(state, view, entry.request)
         if isinstance(result, Status):
             return result
         entry.annotation = self._annotation(node_name, result)
         entry.holding = self.ledger.reserve(pod.uid, node_name, result, entry.annotation)
+        state.write(ALLOCATION_KEY, entry.annotation)
         return None
 
+    def _allocate(
+        self, state: CycleState, view: NodeView, request: DeviceRequest
+    ) -> list[CardUse] | Status:
+        """``allocate``, on the externally preferred GPUs when they can serve the request."""
+        preference = state.get(PREFERRED_GPUS_KEY)
+        gpus = view.cards.get(DEVICE_GPU)
+        if preference is not None and gpus:
+            wanted = preference.get(view.name)
+            if wanted:
+                keep = set(wanted)
+                narrowed = NodeView(
+                    view.name,
+                    view.has_device,
+                    {**view.cards, DEVICE_GPU: tuple(c for c in gpus if c.minor in keep)},
+                )
+                result = allocate(narrowed, request, self.scorer)
+                if not isinstance(result, Status):
+                    return result
+        return allocate(view, request, self.scorer)
+
     def unreserve(self, state: CycleState, pod: Pod, node_name: str) -> None:
+        state.delete(ALLOCATION_KEY)
         entry = self.entry(state)
         if entry is None:
             # No cycle state (an assumed pod expired): drop what we reserved for it, if any.

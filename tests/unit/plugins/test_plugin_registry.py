@@ -39,6 +39,7 @@ def test_registry_names() -> None:
         "NodeResourcesFit",
         "DefaultBinder",
         "DeviceShare",
+        "GPUFragmentation",
     }
 
 

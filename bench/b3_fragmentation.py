@@ -1,0 +1,96 @@
+"""Benchmark B3 (BENCHMARKS.md): GPU fragmentation on Alibaba's openb trace, against FGD.
+
+Replays the trace by the FGD paper's method (SPEC §9) with every policy side by side, for each
+trace variant, through ``koord-scheduler simulate --nodes --pods`` (the same code path), and
+prints the comparison tables; CSV and plots go to ``--out``. ``--profile`` instead runs one
+seed of one policy under cProfile and prints where the time goes.
+
+Usage (from the repository root; the trace stays where it is, read by path):
+
+    python bench/b3_fragmentation.py --trace-dir ../shared/traces/alibaba-openb \\
+        [--traces default,gpushare40,gpushare60,gpushare80,gpushare100] [--seeds 42-51] \\
+        [--profiles random,bestfit,binpack,spread,fgd,fragmentation] [--jobs 2] [--out DIR]
+    python bench/b3_fragmentation.py --trace-dir ... --profile fragmentation
+    python bench/b3_fragmentation.py --trace-dir ... --replot DIR/curves.csv --out PNG_DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import platform
+import pstats
+import sys
+import time
+
+from scheduler.cli import main as cli_main
+
+DEFAULT_TRACES = "default,gpushare40,gpushare60,gpushare80,gpushare100"
+DEFAULT_PROFILES = "random,bestfit,binpack,spread,fgd,fragmentation"
+
+
+def _paths(trace_dir: str, trace: str) -> tuple[str, str]:
+    nodes = os.path.join(trace_dir, "openb_node_list_gpu_node.csv")
+    pods = os.path.join(trace_dir, f"openb_pod_list_{trace}.csv")
+    for path in (nodes, pods):
+        if not os.path.isfile(path):
+            sys.exit(f"b3: no such file {path}")
+    return nodes, pods
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trace-dir", default="../shared/traces/alibaba-openb")
+    parser.add_argument("--traces", default=DEFAULT_TRACES)
+    parser.add_argument("--seeds", default="42-51")
+    parser.add_argument("--profiles", default=DEFAULT_PROFILES)
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--out", default="b3-results")
+    parser.add_argument("--profile", metavar="POLICY", help="cProfile one seed of POLICY")
+    parser.add_argument("--replot", metavar="CSV", help="only redraw the plots of a curves.csv")
+    args = parser.parse_args()
+    if args.replot:
+        return _replot(args.replot, args.trace_dir, args.out)
+    print(f"# {platform.platform()}, CPython {platform.python_version()}, {os.cpu_count()} CPUs")
+    if args.profile:
+        nodes, pods = _paths(args.trace_dir, args.traces.split(",")[0])
+        seed = args.seeds.split("-")[0].split(",")[0]
+        argv = ["simulate", "--nodes", nodes, "--pods", pods, "--seeds", seed,
+                "--profiles", args.profile, "--out", args.out,
+                "--no-plot", "--no-progress"]  # fmt: skip
+        profiler = cProfile.Profile()
+        start = time.perf_counter()
+        profiler.runcall(cli_main, argv)
+        print(f"# wall {time.perf_counter() - start:.1f} s under cProfile")
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+        return 0
+    for trace in args.traces.split(","):
+        nodes, pods = _paths(args.trace_dir, trace)
+        argv = ["simulate", "--nodes", nodes, "--pods", pods, "--seeds", args.seeds,
+                "--profiles", args.profiles, "--jobs", str(args.jobs),
+                "--out", os.path.join(args.out, trace)]  # fmt: skip
+        start = time.perf_counter()
+        code = cli_main(argv)
+        print(f"# {trace}: {time.perf_counter() - start:.0f} s wall\n", flush=True)
+        if code:
+            return code
+    return 0
+
+
+def _replot(path: str, trace_dir: str, out: str) -> int:
+    from scheduler.simulator.replay_plot import plot_curves
+    from scheduler.simulator.replay_report import PaperResults, read_csv
+
+    records = read_csv(path)
+    paper = PaperResults(os.path.join(trace_dir, "fgd_expected_results"))
+    os.makedirs(out, exist_ok=True)
+    for trace in dict.fromkeys(r.trace for r in records):
+        png = os.path.join(out, f"b3-{trace.removeprefix('openb_pod_list_')}.png")
+        plot_curves(png, trace, records, paper)
+        print(f"wrote {png}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,249 @@
+"""GPU fragmentation of a node for a target workload (the FGD paper's measure), exact and fast.
+
+Role: the arithmetic of "Beware of Fragmentation: Scheduling GPU-Sharing Workloads with
+Fragmentation Gradient Descent" (Weng et al., USENIX ATC '23, §3.2), as its artifact
+(hkust-adsl/kubernetes-scheduler-simulator, ``pkg/utils/frag.go``) computes it. A node has
+``cpu`` millicores free and cards with ``free`` milli-GPU each (1000 = a whole idle card). A
+task shape ``m`` asks for ``cpu_m`` and ``k_m`` cards of ``g_m`` milli each (``k_m = 0``: a
+CPU-only task). From ``m``'s point of view the node's fragmented GPU amount ``F_n(m)`` is:
+
+- all the node's free GPU when ``m`` cannot run there at all — it needs no GPU (the paper's
+  x-axis cases XL/XR: idle GPUs are of no use to it), the node's model is not one ``m``
+  accepts, the node lacks cpu (Q1, Q4), or fewer than ``k_m`` cards have ``g_m`` free (Q2);
+- otherwise (Q3) the free GPU on the cards that cannot hold ``g_m``:
+  ``Σ_c free_c · [free_c < g_m]``.
+
+For a target workload ``M`` (shapes with popularity ``p_m``, summing to 1) the node's
+fragmentation is the expectation ``F_n(M) = Σ_m p_m F_n(m)``, and the fragmentation gradient of
+a placement is ``F_n'(M) - F_n(M)``, where ``n'`` is the node after the placement. FGD places a
+task where that increase is smallest.
+
+``node_fragmentation`` is the reference, written as the definition reads. ``Workload`` is the
+fast form used by the scheduler plugin and the simulator's metrics: with
+``T = Σ_c free_c``, ``S_m = Σ_c free_c [free_c ≥ g_m]`` and ``C_m = Σ_c [free_c ≥ g_m]``,
+``F_n(M) = T - Σ_m p_m · ok_m · S_m`` where ``ok_m = cpu ≥ cpu_m ∧ C_m ≥ k_m ∧ access_m``.
+``S`` and ``C`` depend only on ``(g_m, k_m)``, so shapes are grouped by it (the *groups*, far
+fewer than shapes) and the cpu/model part is folded into per-group weights
+``W_q = Σ_{m in q} p_m [cpu ≥ cpu_m ∧ access_m]``. Absent cards are cards with 0 free.
+
+Invariants: pure functions; every vectorized result equals the reference up to float
+rounding, and equal inputs give bitwise-equal outputs (so ties between identical nodes stay
+ties); amounts are integers in milli-GPU and millicores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "GPU_MILLI",
+    "PodShape",
+    "Workload",
+    "node_fragmentation",
+    "typical_shapes",
+]
+
+GPU_MILLI: Final = 1000
+
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+B = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class PodShape:
+    """A task shape: cpu millicores, ``gpu_count`` cards of ``gpu_milli`` each (both 0 for a
+    CPU-only task), and the GPU models it accepts (empty: any)."""
+
+    cpu_milli: int
+    gpu_milli: int = 0
+    gpu_count: int = 0
+    models: tuple[str, ...] = ()
+
+    @property
+    def needs_gpu(self) -> bool:
+        return self.gpu_count > 0 and self.gpu_milli > 0
+
+    @property
+    def total_gpu_milli(self) -> int:
+        return self.gpu_count * self.gpu_milli
+
+    def accepts(self, model: str) -> bool:
+        return not self.models or model in self.models
+
+
+def node_fragmentation(
+    cpu_free: int, card_free: Sequence[int], model: str, shapes: Mapping[PodShape, float]
+) -> float:
+    """``F_n(M)`` by the definition, one shape at a time (the reference for tests)."""
+    total = sum(card_free)
+    frag = 0.0
+    for shape, p in shapes.items():
+        if not shape.needs_gpu or not shape.accepts(model):
+            frag += p * total
+            continue
+        fitting = sum(1 for v in card_free if v >= shape.gpu_milli)
+        if fitting >= shape.gpu_count and cpu_free >= shape.cpu_milli:
+            frag += p * sum(v for v in card_free if v < shape.gpu_milli)
+        else:
+            frag += p * total
+    return frag
+
+
+def typical_shapes(
+    counts: Mapping[PodShape, float], popularity: float = 0.95
+) -> dict[PodShape, float]:
+    """The paper's "typical pods": the most frequent shapes that together make up at least
+    ``popularity`` of the count, renormalized to sum to 1 (``GetTypicalPods``; ties go to the
+    larger shape, as its reverse sort does). ``popularity >= 1`` keeps every shape."""
+    total = float(sum(counts.values()))
+    if total <= 0:
+        return {}
+    ordered = sorted(counts.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
+    chosen: dict[PodShape, float] = {}
+    cum = 0.0
+    for shape, n in ordered:
+        if cum >= popularity * total:
+            break
+        chosen[shape] = n
+        cum += n
+    return {shape: n / cum for shape, n in chosen.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class _Groups:
+    g: I64  # (Q,) per-card milli of each (g, k) group
+    k: I64  # (Q,) cards needed
+    member: I64  # (M,) group index of each GPU shape, -1 for CPU-only shapes
+
+
+def _groups(shapes: Sequence[PodShape]) -> _Groups:
+    keys: dict[tuple[int, int], int] = {}
+    member = []
+    for s in shapes:
+        if not s.needs_gpu:
+            member.append(-1)
+            continue
+        member.append(keys.setdefault((s.gpu_milli, s.gpu_count), len(keys)))
+    g = np.array([gk[0] for gk in keys], np.int64)
+    k = np.array([gk[1] for gk in keys], np.int64)
+    return _Groups(g, k, np.array(member, np.int64))
+
+
+@dataclass(slots=True)
+class Workload:
+    """A target workload in array form: ``F_n(M)`` and gradients for many nodes at once."""
+
+    shapes: tuple[PodShape, ...]
+    p: F64
+    cpu: I64 = field(init=False)
+    groups: _Groups = field(init=False)
+    onehot: F64 = field(init=False)
+    _access: dict[str, B] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.cpu = np.array([s.cpu_milli for s in self.shapes], np.int64)
+        self.groups = _groups(self.shapes)
+        q = len(self.groups.g)
+        onehot = np.zeros((len(self.shapes), q), np.float64)
+        for i, j in enumerate(self.groups.member.tolist()):
+            if j >= 0:
+                onehot[i, j] = self.p[i]
+        self.onehot = onehot
+        self._access = {}
+
+    @classmethod
+    def of(cls, shapes: Mapping[PodShape, float] | Iterable[tuple[PodShape, float]]) -> Workload:
+        """From shape -> weight (normalized here; zero weights dropped), in a canonical order."""
+        items = shapes.items() if isinstance(shapes, Mapping) else shapes
+        merged: dict[PodShape, float] = {}
+        for shape, w in items:
+            if w > 0:
+                merged[shape] = merged.get(shape, 0.0) + float(w)
+        total = sum(merged.values())
+        ordered = sorted(merged)
+        p = np.array([merged[s] / total for s in ordered], np.float64) if total else np.zeros(0)
+        return cls(tuple(ordered), p)
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.groups.g)
+
+    @property
+    def cpu_per_gpu_milli(self) -> float:
+        """Millicores the GPU tasks of the workload ask for per milli-GPU (0: no GPU task)."""
+        gpu = sum(p * s.total_gpu_milli for s, p in zip(self.shapes, self.p, strict=True))
+        cpu = sum(p * s.cpu_milli for s, p in zip(self.shapes, self.p, strict=True) if s.needs_gpu)
+        return float(cpu / gpu) if gpu > 0 else 0.0
+
+    def as_mapping(self) -> dict[PodShape, float]:
+        return dict(zip(self.shapes, self.p.tolist(), strict=True))
+
+    # -- per-node pieces ------------------------------------------------------------------------
+
+    def access(self, model: str) -> B:
+        """Which shapes accept a node of ``model`` (a node without GPUs has model "")."""
+        mask = self._access.get(model)
+        if mask is None:
+            mask = np.array([s.accepts(model) for s in self.shapes], bool)
+            self._access[model] = mask
+        return mask
+
+    def sums(self, free: I64) -> tuple[I64, I64]:
+        """``S`` and ``C`` per node and group for card frees ``free`` (nodes x cards)."""
+        ge = free[:, :, None] >= self.groups.g
+        s: I64 = np.where(ge, free[:, :, None], 0).sum(axis=1)
+        c: I64 = ge.sum(axis=1)
+        return s, c
+
+    def weights(self, cpu_free: I64, access: B) -> F64:
+        """``W`` per node and group: the popularity of the shapes that the node's cpu and
+        model admit (nodes x groups)."""
+        ok = (cpu_free[:, None] >= self.cpu) & access
+        w: F64 = ok.astype(np.float64) @ self.onehot
+        return w
+
+    def fragmentation(self, total: I64, s: I64, c: I64, w: F64) -> F64:
+        """``F_n(M)`` from the node pieces (any leading shape, groups last)."""
+        usable = np.where(c >= self.groups.k, s, 0)
+        out: F64 = total - (w * usable).sum(axis=-1)
+        return out
+
+    def node_values(self, cpu_free: I64, free: I64, access: B) -> F64:
+        """``F_n(M)`` of each node (``access``: nodes x shapes)."""
+        s, c = self.sums(free)
+        return self.fragmentation(free.sum(axis=1), s, c, self.weights(cpu_free, access))
+
+    # -- what a placement would leave -------------------------------------------------------------
+
+    def after_shared(
+        self, cpu_after: I64, free: I64, total: I64, s: I64, c: I64, access: B, g: int
+    ) -> F64:
+        """``F_n'(M)`` after taking ``g`` milli from each card in turn (nodes x cards); ``inf``
+        where the card has less than ``g`` free. ``cpu_after`` is the node's cpu afterwards."""
+        gq = self.groups.g
+        before = free[:, :, None]
+        after = before - g
+        ge_b = before >= gq
+        ge_a = after >= gq
+        s2 = s[:, None, :] + np.where(ge_a, after, 0) - np.where(ge_b, before, 0)
+        c2 = c[:, None, :] + ge_a.astype(np.int64) - ge_b
+        w = self.weights(cpu_after, access)[:, None, :]
+        out = self.fragmentation((total - g)[:, None], s2, c2, w)
+        out[free < g] = np.inf
+        return out
+
+    def after_whole(
+        self, cpu_after: I64, full: I64, total: I64, s: I64, c: I64, access: B, k: int
+    ) -> F64:
+        """``F_n'(M)`` after taking ``k`` idle cards (``inf`` where fewer than ``k`` are idle).
+        Which idle cards does not matter: each counts in every group."""
+        taken = k * GPU_MILLI
+        out = self.fragmentation(total - taken, s - taken, c - k, self.weights(cpu_after, access))
+        out[full < k] = np.inf
+        return out

@@ -1,0 +1,160 @@
+"""The FGD fragmentation measure: each case of the definition, and the fast form against it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from scheduler.plugins.gpufragmentation.measure import (
+    PodShape,
+    Workload,
+    node_fragmentation,
+    typical_shapes,
+)
+
+SHARE = PodShape(4000, 500, 1)
+WHOLE = PodShape(8000, 1000, 1)
+PAIR = PodShape(8000, 1000, 2)
+CPU_ONLY = PodShape(2000)
+T4_ONLY = PodShape(4000, 500, 1, ("T4",))
+
+
+@pytest.mark.parametrize(
+    ("shape", "cpu", "cards", "model", "expected"),
+    [
+        # A task that needs no GPU finds every idle GPU useless (x-axis: XL and XR).
+        pytest.param(CPU_ONLY, 10_000, [1000, 600, 300, 0], "A10", 1900, id="cpu-only-fits"),
+        pytest.param(CPU_ONLY, 1_000, [1000, 600, 300, 0], "A10", 1900, id="cpu-only-lacks-cpu"),
+        # The node's model is not one the task accepts.
+        pytest.param(T4_ONLY, 10_000, [1000, 600], "A10", 1600, id="no-access"),
+        pytest.param(T4_ONLY, 10_000, [1000, 600], "T4", 0, id="access-by-model"),
+        # Q1: neither cpu nor a card with 500 free.
+        pytest.param(SHARE, 1_000, [400, 300], "A10", 700, id="q1-lacks-both"),
+        # Q2: cpu is there, no card has 500 free.
+        pytest.param(SHARE, 10_000, [400, 300], "A10", 700, id="q2-lacks-gpu"),
+        # Q4: a card has room, the cpu does not.
+        pytest.param(SHARE, 3_999, [1000, 300], "A10", 1300, id="q4-lacks-cpu"),
+        # Q3: it fits; only the cards that cannot hold 500 are fragments.
+        pytest.param(SHARE, 4_000, [1000, 600, 300, 0], "A10", 300, id="q3-share"),
+        pytest.param(WHOLE, 8_000, [1000, 600, 300, 0], "A10", 900, id="q3-whole"),
+        # Multi-GPU: two idle cards needed.
+        pytest.param(PAIR, 8_000, [1000, 900], "A10", 1900, id="pair-one-idle-card-q2"),
+        pytest.param(PAIR, 8_000, [1000, 1000, 900], "A10", 900, id="pair-q3"),
+        pytest.param(SHARE, 10_000, [], "", 0, id="cpu-node-has-nothing-to-fragment"),
+    ],
+)
+def test_definition_cases(
+    shape: PodShape, cpu: int, cards: list[int], model: str, expected: float
+) -> None:
+    assert node_fragmentation(cpu, cards, model, {shape: 1.0}) == expected
+    wl = Workload.of({shape: 1.0})
+    free = np.array([cards or [0]], np.int64)
+    got = wl.node_values(np.array([cpu]), free, wl.access(model)[None, :])
+    assert got[0] == pytest.approx(expected)
+
+
+def test_expectation_over_the_workload() -> None:
+    # 0.5 x 300 (share: Q3) + 0.3 x 900 (whole: Q3) + 0.2 x 1900 (cpu-only: all idle GPU)
+    shapes = {SHARE: 0.5, WHOLE: 0.3, CPU_ONLY: 0.2}
+    assert node_fragmentation(10_000, [1000, 600, 300, 0], "A10", shapes) == pytest.approx(800)
+
+
+def _random_nodes(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    cards = rng.integers(0, 9, n)
+    free = np.zeros((n, 8), np.int64)
+    for i, k in enumerate(cards):
+        free[i, :k] = rng.choice([0, 100, 190, 300, 500, 810, 1000], k)
+    cpu = rng.integers(0, 64_000, n)
+    models = [str(m) for m in rng.choice(["T4", "A10", "G2"], n)]
+    return cpu, free, models
+
+
+SHAPES = {
+    SHARE: 3.0,
+    WHOLE: 2.0,
+    PAIR: 1.0,
+    CPU_ONLY: 1.5,
+    T4_ONLY: 0.5,
+    PodShape(12_000, 810, 1): 2.5,
+    PodShape(32_000, 1000, 8): 0.25,
+}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3], ids=lambda s: f"seed{s}")
+def test_fast_form_equals_the_definition(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    cpu, free, models = _random_nodes(rng, 60)
+    wl = Workload.of(SHAPES)
+    access = np.array([wl.access(m) for m in models])
+    got = wl.node_values(cpu, free, access)
+    ref = [
+        node_fragmentation(int(cpu[i]), free[i].tolist(), models[i], wl.as_mapping())
+        for i in range(len(cpu))
+    ]
+    assert got == pytest.approx(ref)
+
+
+@pytest.mark.parametrize("g", [100, 500, 810], ids=lambda g: f"share{g}")
+def test_after_shared_equals_placing_on_each_card(g: int) -> None:
+    rng = np.random.default_rng(g)
+    cpu, free, models = _random_nodes(rng, 30)
+    wl = Workload.of(SHAPES)
+    access = np.array([wl.access(m) for m in models])
+    s, c = wl.sums(free)
+    after = wl.after_shared(cpu - 3000, free, free.sum(axis=1), s, c, access, g)
+    for i in range(len(cpu)):
+        for j in range(free.shape[1]):
+            if free[i, j] < g:
+                assert after[i, j] == np.inf
+                continue
+            cards = free[i].copy()
+            cards[j] -= g
+            ref = node_fragmentation(int(cpu[i]) - 3000, cards.tolist(), models[i], wl.as_mapping())
+            assert after[i, j] == pytest.approx(ref)
+
+
+@pytest.mark.parametrize("k", [1, 2, 8], ids=lambda k: f"whole{k}")
+def test_after_whole_equals_taking_idle_cards(k: int) -> None:
+    rng = np.random.default_rng(k)
+    cpu, free, models = _random_nodes(rng, 40)
+    wl = Workload.of(SHAPES)
+    access = np.array([wl.access(m) for m in models])
+    s, c = wl.sums(free)
+    full = (free >= 1000).sum(axis=1)
+    after = wl.after_whole(cpu - 8000, full, free.sum(axis=1), s, c, access, k)
+    for i in range(len(cpu)):
+        idle = [j for j in range(8) if free[i, j] >= 1000]
+        if len(idle) < k:
+            assert after[i] == np.inf
+            continue
+        cards = free[i].copy()
+        cards[idle[:k]] = 0
+        ref = node_fragmentation(int(cpu[i]) - 8000, cards.tolist(), models[i], wl.as_mapping())
+        assert after[i] == pytest.approx(ref)
+
+
+@pytest.mark.parametrize(
+    ("counts", "popularity", "expected"),
+    [
+        pytest.param(
+            {SHARE: 6, WHOLE: 3, CPU_ONLY: 1}, 0.9, {SHARE: 6 / 9, WHOLE: 3 / 9}, id="cut"
+        ),
+        pytest.param({SHARE: 6, WHOLE: 3, CPU_ONLY: 1}, 1.0, None, id="all-shapes"),
+        pytest.param({SHARE: 5, WHOLE: 5}, 0.5, {WHOLE: 1.0}, id="tie-goes-to-the-larger"),
+        pytest.param({}, 0.95, {}, id="empty"),
+    ],
+)
+def test_typical_shapes(
+    counts: dict[PodShape, float], popularity: float, expected: dict[PodShape, float] | None
+) -> None:
+    got = typical_shapes(counts, popularity)
+    if expected is None:
+        total = sum(counts.values())
+        expected = {k: v / total for k, v in counts.items()}
+    assert got == pytest.approx(expected)
+
+
+def test_workload_of_normalizes_and_drops_zero_weights() -> None:
+    wl = Workload.of({SHARE: 2.0, WHOLE: 6.0, CPU_ONLY: 0.0})
+    assert wl.as_mapping() == pytest.approx({SHARE: 0.25, WHOLE: 0.75})
+    assert wl.n_groups == 2
