@@ -480,3 +480,36 @@ def _stop_all() -> None:
     for srv in list(_LIVE):
         with contextlib.suppress(Exception):
             srv.stop()
+
+
+# The Device CRD with an open schema, for tests that need Devices but not schema checks
+# (the Debian-built 1.20 API server turns "" in custom resources into null, which the
+# structural CRD of config/crd/ would then reject).
+OPEN_DEVICE_CRD: dict[str, Any] = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "devices.scheduling.koordinator.sh"},
+    "spec": {
+        "group": "scheduling.koordinator.sh",
+        "scope": "Cluster",
+        "names": {
+            "kind": "Device",
+            "plural": "devices",
+            "singular": "device",
+            "listKind": "DeviceList",
+        },
+        "versions": [
+            {
+                "name": "v1alpha1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "x-kubernetes-preserve-unknown-fields": True,
+                    }
+                },
+            }
+        ],
+    },
+}

@@ -14,6 +14,8 @@ from kubernetes.client.rest import ApiException
 if TYPE_CHECKING:
     from apiserver import ApiServer
 
+from tests.e2e.apiserver import OPEN_DEVICE_CRD as CRD
+
 pytestmark = pytest.mark.e2e
 
 SCHEDULER_NAME = "koord-scheduler"
@@ -99,36 +101,6 @@ def test_node_pod_binding(kube_client: client.ApiClient, namespace: str) -> None
         assert exc.value.status == 409
     finally:
         core.delete_node(node)
-
-
-CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": f"{PLURAL}.{GROUP}"},
-    "spec": {
-        "group": GROUP,
-        "scope": "Cluster",
-        "names": {
-            "kind": "Device",
-            "plural": PLURAL,
-            "singular": "device",
-            "listKind": "DeviceList",
-        },
-        "versions": [
-            {
-                "name": VERSION,
-                "served": True,
-                "storage": True,
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "x-kubernetes-preserve-unknown-fields": True,
-                    }
-                },
-            }
-        ],
-    },
-}
 
 
 def _ensure_device_crd(api_client: client.ApiClient) -> None:

@@ -17,38 +17,11 @@ if TYPE_CHECKING:
 from apis.device import Device
 from koordlet.kube import KubeConfigError, KubeNodeAPI
 from koordlet.sync import ApiError, ConflictError, NotFoundError
+from tests.e2e.apiserver import OPEN_DEVICE_CRD as CRD
 
 pytestmark = pytest.mark.e2e
 
 GROUP, VERSION, PLURAL = "scheduling.koordinator.sh", "v1alpha1", "devices"
-CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": f"{PLURAL}.{GROUP}"},
-    "spec": {
-        "group": GROUP,
-        "scope": "Cluster",
-        "names": {
-            "kind": "Device",
-            "plural": PLURAL,
-            "singular": "device",
-            "listKind": "DeviceList",
-        },
-        "versions": [
-            {
-                "name": VERSION,
-                "served": True,
-                "storage": True,
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "x-kubernetes-preserve-unknown-fields": True,
-                    }
-                },
-            }
-        ],
-    },
-}
 
 
 def _name(prefix: str) -> str:

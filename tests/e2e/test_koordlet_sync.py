@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 from apis.checkpoint import decode_devices_checkpoints
 from apis.device import Device
+from tests.e2e.apiserver import OPEN_DEVICE_CRD as CRD
 
 pytestmark = pytest.mark.e2e
 
@@ -37,34 +38,6 @@ CORE, MEM, RATIO = (
 )
 ANN = "node.koordinator.sh/devices-checkpoints"
 SA_USER = "system:serviceaccount:koordinator-system:koordlet"
-CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": f"{PLURAL}.{GROUP}"},
-    "spec": {
-        "group": GROUP,
-        "scope": "Cluster",
-        "names": {
-            "kind": "Device",
-            "plural": PLURAL,
-            "singular": "device",
-            "listKind": "DeviceList",
-        },
-        "versions": [
-            {
-                "name": VERSION,
-                "served": True,
-                "storage": True,
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "x-kubernetes-preserve-unknown-fields": True,
-                    }
-                },
-            }
-        ],
-    },
-}
 
 
 def _name(prefix: str) -> str:
