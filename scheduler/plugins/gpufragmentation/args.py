@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from scheduler.framework.interfaces import PluginArgsError
+from scheduler.framework.plugin_args import ArgsReader
 from scheduler.plugins.gpufragmentation.measure import GPU_MILLI, PodShape
 from scheduler.plugins.gpufragmentation.workload import WorkloadConfig
 
@@ -90,17 +90,9 @@ class GPUFragmentationArgs:
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
 
 
-def _fail(path: str, problem: str) -> PluginArgsError:
-    return PluginArgsError(f"GPUFragmentation args: {path}: {problem}")
-
-
-def _mapping(value: Any, path: str, allowed: frozenset[str]) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise _fail(path, f"expected a mapping, got {value!r}")
-    unknown = sorted(str(k) for k in value if k not in allowed)
-    if unknown:
-        raise _fail(path, f"unknown field(s) {', '.join(unknown)}")
-    return value
+_ARGS = ArgsReader("GPUFragmentation")
+_fail = _ARGS.fail
+_mapping = _ARGS.mapping
 
 
 def _int(value: Any, path: str, default: int, minimum: int = 0) -> int:
