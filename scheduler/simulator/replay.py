@@ -43,10 +43,9 @@ from scheduler.plugins.gpufragmentation import NAME as GPU_FRAGMENTATION
 from scheduler.plugins.gpufragmentation.args import workload_args
 from scheduler.plugins.gpufragmentation.cards import uses_from_annotation
 from scheduler.plugins.gpufragmentation.measure import PodShape, Workload, typical_shapes
-from scheduler.scheduler import Scheduler
 from scheduler.simulator.cluster import InMemoryCluster
 from scheduler.simulator.fragmentation import FragmentationMeter
-from scheduler.simulator.run import SimulatedClock
+from scheduler.simulator.run import simulated_scheduler
 from scheduler.simulator.trace import (
     TraceNode,
     TracePod,
@@ -207,15 +206,7 @@ def replay(
             cluster.apply_device(device)
     workload = Workload.of(typical_shapes(metric_shapes, popularity))
     meter = FragmentationMeter(list(cluster.nodes.values()), cluster.devices, workload)
-    sched = Scheduler(
-        config,
-        cluster,
-        registry,
-        default_plugins,
-        clock=SimulatedClock(),
-        rng=random.Random(seed),
-        bind_workers=1,
-    )
+    sched = simulated_scheduler(config, cluster, registry, default_plugins, seed)
     n = len(pods)
     arrived = np.zeros(n, np.int64)
     allocated = np.zeros(n, np.int64)

@@ -47,6 +47,26 @@ class SimulationResult:
         return pod.node_name if pod is not None else ""
 
 
+def simulated_scheduler(
+    config: SchedulerConfiguration,
+    cluster: InMemoryCluster,
+    registry: Mapping[str, PluginFactory],
+    default_plugins: Plugins | None,
+    seed: int,
+) -> Scheduler:
+    """The real Scheduler as every simulation runs it: a clock that stands still, a seeded
+    tie-breaking generator, and one bind worker so binds complete in scheduling order."""
+    return Scheduler(
+        config,
+        cluster,
+        registry,
+        default_plugins,
+        clock=SimulatedClock(),
+        rng=random.Random(seed),
+        bind_workers=1,
+    )
+
+
 def simulate(
     scenario: Scenario,
     config: SchedulerConfiguration,
@@ -61,15 +81,7 @@ def simulate(
         cluster.apply_device(device)
     for pod in scenario.running_pods:
         cluster.apply_pod(pod)
-    sched = Scheduler(
-        config,
-        cluster,
-        registry,
-        default_plugins,
-        clock=SimulatedClock(),
-        rng=random.Random(seed),
-        bind_workers=1,
-    )
+    sched = simulated_scheduler(config, cluster, registry, default_plugins, seed)
     try:
         pending = [cluster.apply_pod(p).key for p in scenario.pending_pods]
         sched.run_until_idle()
