@@ -442,7 +442,7 @@ def test_inactive_and_cpu_ports_are_not_gpu_links(
 def test_a_binding_surprise_costs_the_topology_not_the_gpus(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    host, nvml = _box_lib(monkeypatch, tmp_path, "h100-nvswitch")
+    _, nvml = _box_lib(monkeypatch, tmp_path, "h100-nvswitch")
     monkeypatch.setattr(pynvml, "nvmlDeviceGetNvLinkRemotePciInfo", lambda h, p: object())
     with capture_logs() as logs:
         found = nvml.discover()
