@@ -50,7 +50,6 @@ from apis.device import (
     DeviceTopology,
 )
 from apis.quantity import BINARY_SI, DECIMAL_SI, Quantity, QuantityError
-from apis.topology import ANNOTATION_GPU_TOPOLOGY, GPUTopology
 from apis.resources import (
     DEVICE_FPGA,
     DEVICE_GPU,
@@ -62,6 +61,7 @@ from apis.resources import (
     GPU_MEMORY_RATIO,
     RDMA,
 )
+from apis.topology import ANNOTATION_GPU_TOPOLOGY, GPUTopology
 from koordlet.devices.library import GPU, HEALTHY, Health
 
 __all__ = [
