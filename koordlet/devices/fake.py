@@ -230,7 +230,10 @@ def _link_counts(v: object, path: str, key: Callable[[object], Any]) -> dict[Any
     for k, n in v.items():
         if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
             raise _fail(f"{path}[{k!r}]", f"expected a positive number of links, got {n!r}")
-        out[key(k)] = n
+        try:
+            out[key(k)] = n
+        except ValueError as exc:
+            raise _fail(path, str(exc)) from None
     return out
 
 
@@ -245,10 +248,7 @@ def _nvlink(v: object, minor: int, path: str) -> CardLinks | None:
         return None
     if not isinstance(v, Mapping):
         raise _fail(path, "expected a mapping")
-    try:
-        peers = _link_counts(v.get("peers"), f"{path}.peers", _peer)
-    except ValueError as exc:
-        raise _fail(f"{path}.peers", str(exc)) from None
+    peers = _link_counts(v.get("peers"), f"{path}.peers", _peer)
     if minor in peers:
         raise _fail(f"{path}.peers", f"a card cannot link to itself ({minor})")
     version = _int(v, "version", path)
