@@ -237,3 +237,5 @@ def num_feasible_nodes_to_find(percentage: int, num_all_nodes: int) -> int:
     if percentage == 0:
         percentage = max(50 - num_all_nodes // 125, _MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND)
     return max(num_all_nodes * percentage // 100, _MIN_FEASIBLE_NODES_TO_FIND)
+
+

@@ -186,10 +186,8 @@ class NodeDeviceLedger:
             views = []
             for col in range(n):
                 sub = minus.get((t, rt.minors[col]))
-                u = (
-                    tuple(used[col])
-                    if sub is None
-                    else tuple(x - y for x, y in zip(used[col], sub, strict=True))
+                u = tuple(used[col]) if sub is None else tuple(
+                    x - y for x, y in zip(used[col], sub, strict=True)
                 )
                 tot = tuple(total[col])
                 views.append(
@@ -266,10 +264,7 @@ class NodeDeviceLedger:
             self.annotation_errors += 1
             log.warning(
                 "malformed device allocation on a bound pod",
-                pod=new.key,
-                uid=new.uid,
-                node=new.node_name,
-                error=err.message,
+                pod=new.key, uid=new.uid, node=new.node_name, error=err.message,
             )
             if current is None or current.source != RESERVED or current.node != new.node_name:
                 self._release(new.uid)
@@ -370,9 +365,8 @@ class NodeDeviceLedger:
             uses = checkpoint_uses(device)
         except CheckpointError as err:
             self.annotation_errors += 1
-            log.warning(
-                "malformed devices-checkpoints annotation", node=device.name, error=err.message
-            )
+            log.warning("malformed devices-checkpoints annotation", node=device.name,
+                        error=err.message)
             return None
         if not uses:
             return None

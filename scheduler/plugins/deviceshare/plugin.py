@@ -164,14 +164,8 @@ class DeviceShare:
         return cls(handle.shared_state(LEDGER_KEY, make), args)
 
     def events_to_register(self) -> Sequence[ClusterEvent]:
-        return (
-            DEVICE_ADD,
-            DEVICE_UPDATE,
-            DEVICE_DELETE,
-            ASSIGNED_POD_DELETE,
-            ASSIGNED_POD_UPDATE,
-            NODE_ADD,
-        )
+        return (DEVICE_ADD, DEVICE_UPDATE, DEVICE_DELETE, ASSIGNED_POD_DELETE,
+                ASSIGNED_POD_UPDATE, NODE_ADD)
 
     # -- state ------------------------------------------------------------------------------
 
@@ -201,9 +195,8 @@ class DeviceShare:
 
     # -- Filter -------------------------------------------------------------------------------
 
-    def _evaluate(
-        self, entry: DeviceShareState, request: DeviceRequest, node: str
-    ) -> list[CardUse] | Status:
+    def _evaluate(self, entry: DeviceShareState, request: DeviceRequest, node: str
+                  ) -> list[CardUse] | Status:
         view = self.ledger.node_view(node, request.device_types, entry.removed_on(node))
         return allocate(view, request, self.scorer)
 
@@ -219,12 +212,8 @@ class DeviceShare:
 
     def _slot_rows(self, snapshot: Snapshot) -> IntArray:
         """Ledger row of every snapshot slot (``n_rows`` where a node has none), cached."""
-        key = (
-            id(snapshot),
-            snapshot.node_generation,
-            snapshot.size,
-            self.ledger.node_set_generation,
-        )
+        key = (id(snapshot), snapshot.node_generation, snapshot.size,
+               self.ledger.node_set_generation)
         if key != self._rows_key:
             n = self.ledger.n_rows
             rows = np.full(snapshot.size, n, np.int64)

@@ -86,7 +86,6 @@ class NodeView:
     has_device: bool
     cards: Mapping[str, tuple[CardView, ...]]
 
-
 KeyFn = Callable[[CardView], Hashable]
 OrderFn = Callable[[CardView], Any]
 
@@ -142,7 +141,9 @@ def _one_group(
     return feasible[0][:count]
 
 
-def _fill(cands: Sequence[CardView], all_cards: Sequence[CardView], count: int) -> list[CardView]:
+def _fill(
+    cands: Sequence[CardView], all_cards: Sequence[CardView], count: int
+) -> list[CardView]:
     """Spread over the node: NUMA nodes in turn, switches in turn inside each."""
     used_numa, used_pcie = _used(all_cards, numa_key), _used(all_cards, pcie_key)
     out: list[CardView] = []

@@ -226,7 +226,9 @@ class GPUFragmentation:
         cpu = Quantity.of(Fraction(shape.cpu_milli, 1000)).canonical()
         needs = [f"{cpu} cpu", f"{Quantity.of(memory, BINARY_SI).canonical()} memory"]
         if shape.needs_gpu:
-            needs.append(f"{shape.gpu_count} GPU card(s) with {shape.gpu_milli} of 1000 milli-GPU")
+            needs.append(
+                f"{shape.gpu_count} GPU card(s) with {shape.gpu_milli} of 1000 milli-GPU"
+            )
         return unschedulable(f"no node has {', '.join(needs[:-1])} and {needs[-1]} free")
 
     def _entry(self, state: CycleState, pod: Pod) -> _Entry:

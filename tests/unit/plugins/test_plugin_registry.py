@@ -109,10 +109,7 @@ def test_default_plugins_kube_order() -> None:
         "DeviceShare",
     ]
     assert names("pre_score") == [
-        "TaintToleration",
-        "NodeAffinity",
-        "NodeResourcesFit",
-        "DeviceShare",
+        "TaintToleration", "NodeAffinity", "NodeResourcesFit", "DeviceShare"
     ]
     assert plugins.score.enabled == (
         PluginRef("TaintToleration", 3),

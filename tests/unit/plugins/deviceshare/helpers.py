@@ -150,9 +150,8 @@ def verify(ledger: NodeDeviceLedger) -> None:
                 assert c["exists"] == (meta is not None)
                 assert c["healthy"] == (meta is not None and meta.healthy)
             sum_total = tuple(sum(c["total"][i] for c in cards.values()) for i in range(n_res))
-            sum_alloc = tuple(
-                sum(c["total"][i] - c["free"][i] for c in cards.values()) for i in range(n_res)
-            )
+            sum_alloc = tuple(sum(c["total"][i] - c["free"][i] for c in cards.values())
+                              for i in range(n_res))
             assert entry["sums"][device_type] == (sum_total, sum_alloc), (node, device_type)
     assert not {k: v for k, v in expected.items() if any(v)}, expected
 
@@ -202,9 +201,8 @@ def plugin_of(
     return plugin, snapshot
 
 
-def plugin_with_ledger(
-    ledger: NodeDeviceLedger, args: DeviceShareArgs | None = None
-) -> DeviceShare:
+def plugin_with_ledger(ledger: NodeDeviceLedger, args: DeviceShareArgs | None = None
+                       ) -> DeviceShare:
     return DeviceShare(ledger, args)
 
 
@@ -227,11 +225,8 @@ def reasons(status: Status | None) -> tuple[str, ...]:
 # Random ledgers for the property tests
 
 card_st = st.tuples(
-    st.integers(0, 7),
-    st.sampled_from(["16Gi", "40Gi", "80Gi"]),
-    st.booleans(),
-    st.integers(0, 100),
-    st.integers(0, 60),
+    st.integers(0, 7), st.sampled_from(["16Gi", "40Gi", "80Gi"]), st.booleans(),
+    st.integers(0, 100), st.integers(0, 60),
 )
 
 
@@ -241,32 +236,20 @@ def ledgers(draw: st.DrawFn, max_nodes: int = 6) -> NodeDeviceLedger:
     ledger = NodeDeviceLedger(rows=1, cards=1)
     for n in range(draw(st.integers(1, max_nodes))):
         specs = draw(st.lists(card_st, max_size=6, unique_by=lambda c: c[0]))
-        nics = [
-            nic(t, m, pcie=f"pci{m}")
-            for t in ("rdma", "fpga")
-            for m in range(draw(st.integers(0, 2)))
-        ]
-        cards = [
-            gpu(m, mem, health=h, pcie=f"pci{m // 2}", numa=m // 4) for m, mem, h, _, _ in specs
-        ]
+        nics = [nic(t, m, pcie=f"pci{m}") for t in ("rdma", "fpga")
+                for m in range(draw(st.integers(0, 2)))]
+        cards = [gpu(m, mem, health=h, pcie=f"pci{m // 2}", numa=m // 4)
+                 for m, mem, h, _, _ in specs]
         ledger.apply_change(Change("Device", None, device(f"n{n}", *cards, *nics)))
         for m, mem, _, ratio, nic_used in specs:
             if not ratio:
                 continue
             memory = ratio * int_value(Quantity.parse(mem)) // 100
-            allocations = {
-                "gpu": [
-                    DeviceAllocation.from_ints(
-                        m, {GPU_CORE: ratio, GPU_MEMORY_RATIO: ratio, GPU_MEMORY: memory}
-                    )
-                ]
-            }
+            allocations = {"gpu": [DeviceAllocation.from_ints(m, {
+                GPU_CORE: ratio, GPU_MEMORY_RATIO: ratio, GPU_MEMORY: memory})]}
             if nics and nic_used:
                 allocations["rdma"] = [DeviceAllocation.from_ints(0, {RDMA: nic_used})]
-            pod = bound(
-                gpu_pod(f"p{n}-{m}", {"nvidia.com/gpu": 1}),
-                f"n{n}",
-                encode_allocations(allocations),
-            )
+            pod = bound(gpu_pod(f"p{n}-{m}", {"nvidia.com/gpu": 1}), f"n{n}",
+                        encode_allocations(allocations))
             ledger.apply_change(Change("Pod", None, pod))
     return ledger

@@ -30,11 +30,8 @@ from tests.unit.plugins.deviceshare.helpers import (
     topo_gpus,
 )
 
-CORE, RATIO, MEM = (
-    "koordinator.sh/gpu-core",
-    "koordinator.sh/gpu-memory-ratio",
-    "koordinator.sh/gpu-memory",
-)
+CORE, RATIO, MEM = ("koordinator.sh/gpu-core", "koordinator.sh/gpu-memory-ratio",
+                    "koordinator.sh/gpu-memory")
 HINT, JOINT = ANNOTATION_DEVICE_ALLOCATE_HINT, ANNOTATION_DEVICE_JOINT_ALLOCATE
 SPREAD: dict[str, Any] = {}
 BINPACK = {"scoringStrategy": {"type": "MostAllocated"}}
@@ -45,18 +42,11 @@ def half_on(minor: int, core: int = 50, memory: int = 40 * GI) -> str:
     return gpu_alloc(minor, core, memory, core)
 
 
-def run(
-    devices: list[Device],
-    existing: list[tuple[str, str]],
-    requests: dict[str, Any],
-    annotations: dict[str, str] | None = None,
-    args: dict[str, Any] | None = None,
-    node: str = "n",
-) -> list[CardUse] | Status:
-    pods = [
-        bound(gpu_pod(f"e{i}", {"nvidia.com/gpu": 1}), node, text)
-        for i, (node, text) in enumerate(existing)
-    ]
+def run(devices: list[Device], existing: list[tuple[str, str]], requests: dict[str, Any],
+        annotations: dict[str, str] | None = None, args: dict[str, Any] | None = None,
+        node: str = "n") -> list[CardUse] | Status:
+    pods = [bound(gpu_pod(f"e{i}", {"nvidia.com/gpu": 1}), node, text)
+            for i, (node, text) in enumerate(existing)]
     ledger = ledger_of(devices, pods)
     request = parse_request(gpu_pod("p", requests, annotations).build())
     assert request is not None
@@ -74,313 +64,105 @@ U, R = Code.UNSCHEDULABLE, Code.UNSCHEDULABLE_AND_UNRESOLVABLE
 TOPO = topo_gpus("n", EIGHT)
 
 CASES: list[Any] = [
-    pytest.param(
-        [gpus("n", 2)],
-        [("n", half_on(0))],
-        {CORE: 50, RATIO: 50},
-        None,
-        BINPACK,
-        [("gpu", 0)],
-        id="binpack-partially-used-card",
-    ),
-    pytest.param(
-        [gpus("n", 2)],
-        [("n", half_on(0))],
-        {CORE: 50, RATIO: 50},
-        None,
-        SPREAD,
-        [("gpu", 1)],
-        id="spread-free-card",
-    ),
-    pytest.param(
-        [gpus("n", 2)],
-        [("n", half_on(0, 60, 48 * GI))],
-        {CORE: 50, RATIO: 50},
-        None,
-        BINPACK,
-        [("gpu", 1)],
-        id="second-card-when-first-too-full",
-    ),
-    pytest.param(
-        [gpus("n", 3)],
-        [],
-        {CORE: 50, RATIO: 50},
-        None,
-        SPREAD,
-        [("gpu", 0)],
-        id="ties-to-lowest-minor",
-    ),
-    pytest.param(
-        [device("n", gpu(0, health=False), gpu(1))],
-        [],
-        {"nvidia.com/gpu": 1},
-        None,
-        SPREAD,
-        [("gpu", 1)],
-        id="unhealthy-card-skipped",
-    ),
-    pytest.param(
-        [device("n", gpu(0, health=False))],
-        [],
-        {"nvidia.com/gpu": 1},
-        None,
-        SPREAD,
-        (U, "Insufficient gpu devices"),
-        id="only-unhealthy",
-    ),
-    pytest.param(
-        [gpus("n", 2)],
-        [],
-        {"nvidia.com/gpu": 3},
-        None,
-        SPREAD,
-        (U, "Insufficient gpu devices"),
-        id="too-few-whole-cards",
-    ),
-    pytest.param(
-        [gpus("n", 2)],
-        [("n", half_on(0)), ("n", half_on(1))],
-        {"nvidia.com/gpu": 1},
-        None,
-        SPREAD,
-        (U, "Insufficient gpu devices"),
-        id="no-whole-card-free",
-    ),
-    pytest.param(
-        [device("n", nic("rdma", 0))],
-        [],
-        {"nvidia.com/gpu": 1},
-        None,
-        SPREAD,
-        (R, "Insufficient gpu devices"),
-        id="node-without-gpus",
-    ),
-    pytest.param(
-        [gpus("other", 1)],
-        [],
-        {"nvidia.com/gpu": 1},
-        None,
-        SPREAD,
-        (R, "Insufficient gpu devices"),
-        id="node-without-device-cr",
-    ),
-    pytest.param(
-        [gpus("n", 2)],
-        [],
-        {"koordinator.sh/rdma": 10},
-        None,
-        SPREAD,
-        (R, "Insufficient rdma devices"),
-        id="node-without-rdma",
-    ),
-    pytest.param(
-        [gpus("n", 1)],
-        [],
-        {"nvidia.com/gpu": 1, "koordinator.sh/fpga": 100},
-        None,
-        SPREAD,
-        (R, "Insufficient fpga devices"),
-        id="node-without-fpga",
-    ),
-    pytest.param(
-        [TOPO],
-        [],
-        {"nvidia.com/gpu": 2},
-        None,
-        SPREAD,
-        [("gpu", 0), ("gpu", 1)],
-        id="two-whole-cards-one-switch",
-    ),
-    pytest.param(
-        [TOPO],
-        [("n", half_on(0))],
-        {"nvidia.com/gpu": 2},
-        None,
-        SPREAD,
-        [("gpu", 2), ("gpu", 3)],
-        id="two-whole-cards-next-switch",
-    ),
-    pytest.param(
-        [TOPO],
-        [("n", half_on(1))],
-        {"nvidia.com/gpu": 4},
-        None,
-        SPREAD,
-        [("gpu", 4), ("gpu", 5), ("gpu", 6), ("gpu", 7)],
-        id="four-cards-one-numa",
-    ),
-    pytest.param(
-        [gpus("n", 4)],
-        [("n", half_on(0))],
-        {"nvidia.com/gpu": 2},
-        None,
-        SPREAD,
-        [("gpu", 1), ("gpu", 2)],
-        id="whole-cards-without-topology",
-    ),
-    pytest.param(
-        [TOPO],
-        [("n", half_on(0)), ("n", half_on(2)), ("n", half_on(4)), ("n", half_on(6))],
-        {"nvidia.com/gpu": 2},
-        {HINT: '{"gpu":{"requiredTopologyScope":"PCIe"}}'},
-        SPREAD,
-        (U, "Insufficient Topology Scoped GPU Devices"),
-        id="required-pcie-violated",
-    ),
-    pytest.param(
-        [TOPO],
-        [("n", half_on(0)), ("n", half_on(2)), ("n", half_on(4)), ("n", half_on(6))],
-        {"nvidia.com/gpu": 2},
-        {HINT: '{"gpu":{"requiredTopologyScope":"NUMANode"}}'},
-        SPREAD,
-        [("gpu", 1), ("gpu", 3)],
-        id="required-numa-across-switches",
-    ),
-    pytest.param(
-        [gpus("n", 2)],
-        [],
-        {"nvidia.com/gpu": 2},
-        {HINT: '{"gpu":{"requiredTopologyScope":"Device"}}'},
-        SPREAD,
-        (U, "Insufficient Topology Scoped GPU Devices"),
-        id="required-device-scope",
-    ),
-    pytest.param(
-        [device("n", gpu(0), gpu(1, labels={"model": "x"}), gpu(2))],
-        [],
-        {"nvidia.com/gpu": 1},
-        {HINT: '{"gpu":{"selector":{"matchLabels":{"model":"x"}}}}'},
-        SPREAD,
-        [("gpu", 1)],
-        id="selector",
-    ),
-    pytest.param(
-        [device("n", gpu(0), gpu(1))],
-        [],
-        {"nvidia.com/gpu": 1},
-        {HINT: '{"gpu":{"selector":{"matchLabels":{"model":"x"}}}}'},
-        SPREAD,
-        (U, "Insufficient gpu devices"),
-        id="selector-matches-nothing",
-    ),
-    pytest.param(
-        [gpus("n", 4)],
-        [("n", half_on(1))],
-        {"koordinator.sh/gpu.shared": 2, RATIO: 100, CORE: 100},
-        None,
-        BINPACK,
-        [("gpu", 1), ("gpu", 0)],
-        id="shared-over-two-cards-binpack",
-    ),
-    pytest.param(
-        [device("n", nic("rdma", 0), nic("rdma", 1))],
-        [],
-        {"koordinator.sh/rdma": 50},
-        None,
-        SPREAD,
-        [("rdma", 0)],
-        id="rdma-share",
-    ),
-    pytest.param(
-        [device("n", nic("rdma", 0), nic("rdma", 1))],
-        [],
-        {"koordinator.sh/rdma": 200},
-        None,
-        SPREAD,
-        [("rdma", 0), ("rdma", 1)],
-        id="rdma-two-whole",
-    ),
-    pytest.param(
-        [device("n", nic("rdma", 0), nic("rdma", 1), nic("rdma", 2))],
-        [],
-        {"koordinator.sh/rdma": 1},
-        {HINT: '{"rdma":{"allocateStrategy":"ApplyForAll"}}'},
-        SPREAD,
-        [("rdma", 0), ("rdma", 1), ("rdma", 2)],
-        id="rdma-apply-for-all",
-    ),
-    pytest.param(
-        [device("n", nic("fpga", 0))],
-        [],
-        {"koordinator.sh/fpga": 100},
-        None,
-        SPREAD,
-        [("fpga", 0)],
-        id="fpga-whole",
-    ),
-    pytest.param(
-        [device("n", gpu(0, pcie="A"), gpu(1, pcie="B"), nic("rdma", 0, pcie="B"))],
-        [("n", half_on(1))],
-        {"nvidia.com/gpu": 1, "koordinator.sh/rdma": 1},
-        {JOINT: '{"deviceTypes":["gpu","rdma"],"requiredScope":"SamePCIe"}'},
-        SPREAD,
-        (U, "node(s) Device Joint-Allocate rules violation"),
-        id="joint-same-pcie-violated",
-    ),
-    pytest.param(
-        [
-            device(
-                "n",
-                gpu(0, pcie="A"),
-                gpu(1, pcie="B"),
-                nic("rdma", 0, pcie="A"),
-                nic("rdma", 1, pcie="B"),
-            )
-        ],
-        [("n", half_on(0))],
-        {"nvidia.com/gpu": 1, "koordinator.sh/rdma": 1},
-        {JOINT: '{"deviceTypes":["gpu","rdma"],"requiredScope":"SamePCIe"}'},
-        SPREAD,
-        [("gpu", 1), ("rdma", 1)],
-        id="joint-same-pcie-prefers-switch",
-    ),
-    pytest.param(
-        [
-            device(
-                "n",
-                gpu(0, pcie="A"),
-                gpu(1, pcie="B"),
-                nic("rdma", 0, pcie="A"),
-                nic("rdma", 1, pcie="B"),
-            )
-        ],
-        [],
-        {"nvidia.com/gpu": 2, "koordinator.sh/rdma": 1},
-        {JOINT: '{"deviceTypes":["gpu","rdma"],"requiredScope":"SamePCIe"}'},
-        SPREAD,
-        [("gpu", 0), ("gpu", 1), ("rdma", 0), ("rdma", 1)],
-        id="joint-one-nic-per-switch",
-    ),
+    pytest.param([gpus("n", 2)], [("n", half_on(0))], {CORE: 50, RATIO: 50}, None, BINPACK,
+                 [("gpu", 0)], id="binpack-partially-used-card"),
+    pytest.param([gpus("n", 2)], [("n", half_on(0))], {CORE: 50, RATIO: 50}, None, SPREAD,
+                 [("gpu", 1)], id="spread-free-card"),
+    pytest.param([gpus("n", 2)], [("n", half_on(0, 60, 48 * GI))], {CORE: 50, RATIO: 50},
+                 None, BINPACK, [("gpu", 1)], id="second-card-when-first-too-full"),
+    pytest.param([gpus("n", 3)], [], {CORE: 50, RATIO: 50}, None, SPREAD, [("gpu", 0)],
+                 id="ties-to-lowest-minor"),
+    pytest.param([device("n", gpu(0, health=False), gpu(1))], [], {"nvidia.com/gpu": 1}, None,
+                 SPREAD, [("gpu", 1)], id="unhealthy-card-skipped"),
+    pytest.param([device("n", gpu(0, health=False))], [], {"nvidia.com/gpu": 1}, None,
+                 SPREAD, (U, "Insufficient gpu devices"), id="only-unhealthy"),
+    pytest.param([gpus("n", 2)], [], {"nvidia.com/gpu": 3}, None, SPREAD,
+                 (U, "Insufficient gpu devices"), id="too-few-whole-cards"),
+    pytest.param([gpus("n", 2)], [("n", half_on(0)), ("n", half_on(1))], {"nvidia.com/gpu": 1},
+                 None, SPREAD, (U, "Insufficient gpu devices"), id="no-whole-card-free"),
+    pytest.param([device("n", nic("rdma", 0))], [], {"nvidia.com/gpu": 1}, None, SPREAD,
+                 (R, "Insufficient gpu devices"), id="node-without-gpus"),
+    pytest.param([gpus("other", 1)], [], {"nvidia.com/gpu": 1}, None, SPREAD,
+                 (R, "Insufficient gpu devices"), id="node-without-device-cr"),
+    pytest.param([gpus("n", 2)], [], {"koordinator.sh/rdma": 10}, None, SPREAD,
+                 (R, "Insufficient rdma devices"), id="node-without-rdma"),
+    pytest.param([gpus("n", 1)], [], {"nvidia.com/gpu": 1, "koordinator.sh/fpga": 100}, None,
+                 SPREAD, (R, "Insufficient fpga devices"), id="node-without-fpga"),
+    pytest.param([TOPO], [], {"nvidia.com/gpu": 2}, None, SPREAD, [("gpu", 0), ("gpu", 1)],
+                 id="two-whole-cards-one-switch"),
+    pytest.param([TOPO], [("n", half_on(0))], {"nvidia.com/gpu": 2}, None, SPREAD,
+                 [("gpu", 2), ("gpu", 3)], id="two-whole-cards-next-switch"),
+    pytest.param([TOPO], [("n", half_on(1))], {"nvidia.com/gpu": 4}, None, SPREAD,
+                 [("gpu", 4), ("gpu", 5), ("gpu", 6), ("gpu", 7)], id="four-cards-one-numa"),
+    pytest.param([gpus("n", 4)], [("n", half_on(0))], {"nvidia.com/gpu": 2}, None, SPREAD,
+                 [("gpu", 1), ("gpu", 2)], id="whole-cards-without-topology"),
+    pytest.param([TOPO], [("n", half_on(0)), ("n", half_on(2)), ("n", half_on(4)),
+                          ("n", half_on(6))], {"nvidia.com/gpu": 2},
+                 {HINT: '{"gpu":{"requiredTopologyScope":"PCIe"}}'}, SPREAD,
+                 (U, "Insufficient Topology Scoped GPU Devices"), id="required-pcie-violated"),
+    pytest.param([TOPO], [("n", half_on(0)), ("n", half_on(2)), ("n", half_on(4)),
+                          ("n", half_on(6))], {"nvidia.com/gpu": 2},
+                 {HINT: '{"gpu":{"requiredTopologyScope":"NUMANode"}}'}, SPREAD,
+                 [("gpu", 1), ("gpu", 3)], id="required-numa-across-switches"),
+    pytest.param([gpus("n", 2)], [], {"nvidia.com/gpu": 2},
+                 {HINT: '{"gpu":{"requiredTopologyScope":"Device"}}'}, SPREAD,
+                 (U, "Insufficient Topology Scoped GPU Devices"), id="required-device-scope"),
+    pytest.param([device("n", gpu(0), gpu(1, labels={"model": "x"}), gpu(2))], [],
+                 {"nvidia.com/gpu": 1},
+                 {HINT: '{"gpu":{"selector":{"matchLabels":{"model":"x"}}}}'}, SPREAD,
+                 [("gpu", 1)], id="selector"),
+    pytest.param([device("n", gpu(0), gpu(1))], [], {"nvidia.com/gpu": 1},
+                 {HINT: '{"gpu":{"selector":{"matchLabels":{"model":"x"}}}}'}, SPREAD,
+                 (U, "Insufficient gpu devices"), id="selector-matches-nothing"),
+    pytest.param([gpus("n", 4)], [("n", half_on(1))],
+                 {"koordinator.sh/gpu.shared": 2, RATIO: 100, CORE: 100}, None, BINPACK,
+                 [("gpu", 1), ("gpu", 0)], id="shared-over-two-cards-binpack"),
+    pytest.param([device("n", nic("rdma", 0), nic("rdma", 1))], [], {"koordinator.sh/rdma": 50},
+                 None, SPREAD, [("rdma", 0)], id="rdma-share"),
+    pytest.param([device("n", nic("rdma", 0), nic("rdma", 1))], [], {"koordinator.sh/rdma": 200},
+                 None, SPREAD, [("rdma", 0), ("rdma", 1)], id="rdma-two-whole"),
+    pytest.param([device("n", nic("rdma", 0), nic("rdma", 1), nic("rdma", 2))], [],
+                 {"koordinator.sh/rdma": 1},
+                 {HINT: '{"rdma":{"allocateStrategy":"ApplyForAll"}}'}, SPREAD,
+                 [("rdma", 0), ("rdma", 1), ("rdma", 2)], id="rdma-apply-for-all"),
+    pytest.param([device("n", nic("fpga", 0))], [], {"koordinator.sh/fpga": 100}, None, SPREAD,
+                 [("fpga", 0)], id="fpga-whole"),
+    pytest.param([device("n", gpu(0, pcie="A"), gpu(1, pcie="B"), nic("rdma", 0, pcie="B"))],
+                 [("n", half_on(1))], {"nvidia.com/gpu": 1, "koordinator.sh/rdma": 1},
+                 {JOINT: '{"deviceTypes":["gpu","rdma"],"requiredScope":"SamePCIe"}'}, SPREAD,
+                 (U, "node(s) Device Joint-Allocate rules violation"),
+                 id="joint-same-pcie-violated"),
+    pytest.param([device("n", gpu(0, pcie="A"), gpu(1, pcie="B"), nic("rdma", 0, pcie="A"),
+                         nic("rdma", 1, pcie="B"))],
+                 [("n", half_on(0))], {"nvidia.com/gpu": 1, "koordinator.sh/rdma": 1},
+                 {JOINT: '{"deviceTypes":["gpu","rdma"],"requiredScope":"SamePCIe"}'}, SPREAD,
+                 [("gpu", 1), ("rdma", 1)], id="joint-same-pcie-prefers-switch"),
+    pytest.param([device("n", gpu(0, pcie="A"), gpu(1, pcie="B"), nic("rdma", 0, pcie="A"),
+                         nic("rdma", 1, pcie="B"))], [],
+                 {"nvidia.com/gpu": 2, "koordinator.sh/rdma": 1},
+                 {JOINT: '{"deviceTypes":["gpu","rdma"],"requiredScope":"SamePCIe"}'}, SPREAD,
+                 [("gpu", 0), ("gpu", 1), ("rdma", 0), ("rdma", 1)],
+                 id="joint-one-nic-per-switch"),
 ]
 
 
-@pytest.mark.parametrize(("devices", "existing", "requests", "annotations", "args", "want"), CASES)
-def test_allocate(
-    devices: list[Device],
-    existing: list[tuple[str, str]],
-    requests: dict[str, Any],
-    annotations: dict[str, str] | None,
-    args: dict[str, Any],
-    want: Any,
-) -> None:
+@pytest.mark.parametrize(("devices", "existing", "requests", "annotations", "args", "want"),
+                         CASES)
+def test_allocate(devices: list[Device], existing: list[tuple[str, str]],
+                  requests: dict[str, Any], annotations: dict[str, str] | None,
+                  args: dict[str, Any], want: Any) -> None:
     assert picked(run(devices, existing, requests, annotations, args)) == want
 
 
 COMPLETION: list[Any] = [
-    pytest.param(
-        "64Gi",
-        {CORE: 50, RATIO: 50},
-        {CORE: 50, RATIO: 50, MEM: 32 * GI},
-        id="ratio-50-of-64Gi-is-32Gi",
-    ),
+    pytest.param("64Gi", {CORE: 50, RATIO: 50}, {CORE: 50, RATIO: 50, MEM: 32 * GI},
+                 id="ratio-50-of-64Gi-is-32Gi"),
     pytest.param("64Gi", {MEM: "32Gi"}, {RATIO: 50, MEM: 32 * GI}, id="32Gi-of-64Gi-is-50"),
-    pytest.param(
-        "15Gi", {CORE: 25, MEM: "4Gi"}, {CORE: 25, RATIO: 26, MEM: 4 * GI}, id="ratio-truncated"
-    ),
+    pytest.param("15Gi", {CORE: 25, MEM: "4Gi"}, {CORE: 25, RATIO: 26, MEM: 4 * GI},
+                 id="ratio-truncated"),
     pytest.param("100", {RATIO: 29}, {RATIO: 29, MEM: 29}, id="memory-floor"),
-    pytest.param(
-        "80Gi", {"nvidia.com/gpu": 1}, {CORE: 100, RATIO: 100, MEM: 80 * GI}, id="whole-card"
-    ),
+    pytest.param("80Gi", {"nvidia.com/gpu": 1}, {CORE: 100, RATIO: 100, MEM: 80 * GI},
+                 id="whole-card"),
 ]
 
 
@@ -396,9 +178,7 @@ def test_memory_is_checked_after_completion() -> None:
     # ratio-38 pod would take 6 bytes: it fits the ratio left (38) but not the memory (5).
     text = gpu_alloc(0, 62, 11)
     assert picked(run([device("n", gpu(0, "16"))], [("n", text)], {RATIO: 38})) == (
-        U,
-        "Insufficient gpu devices",
-    )
+        U, "Insufficient gpu devices")
     assert picked(run([device("n", gpu(0, "16"))], [("n", text)], {RATIO: 37})) == [("gpu", 0)]
 
 
@@ -406,26 +186,18 @@ def test_memory_is_checked_after_completion() -> None:
 # Property: feasible_rows (numpy over the ledger) == allocate(...) succeeds, per node.
 
 REQUESTS: list[dict[str, Any]] = [
-    {"nvidia.com/gpu": 1},
-    {"nvidia.com/gpu": 2},
-    {"nvidia.com/gpu": 4},
-    {CORE: 50, RATIO: 50},
-    {CORE: 25, MEM: "4Gi"},
-    {MEM: "30Gi"},
-    {RATIO: 90},
-    {"koordinator.sh/gpu.shared": 2, RATIO: 120},
-    {"koordinator.sh/rdma": 50},
-    {"koordinator.sh/rdma": 200},
-    {"koordinator.sh/fpga": 100},
+    {"nvidia.com/gpu": 1}, {"nvidia.com/gpu": 2}, {"nvidia.com/gpu": 4},
+    {CORE: 50, RATIO: 50}, {CORE: 25, MEM: "4Gi"}, {MEM: "30Gi"}, {RATIO: 90},
+    {"koordinator.sh/gpu.shared": 2, RATIO: 120}, {"koordinator.sh/rdma": 50},
+    {"koordinator.sh/rdma": 200}, {"koordinator.sh/fpga": 100},
     {"nvidia.com/gpu": 1, "koordinator.sh/rdma": 60},
 ]
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ledgers(), st.sampled_from(REQUESTS), st.booleans())
-def test_feasible_rows_equals_allocate(
-    ledger: NodeDeviceLedger, requests: dict[str, Any], binpack: bool
-) -> None:
+def test_feasible_rows_equals_allocate(ledger: NodeDeviceLedger, requests: dict[str, Any],
+                                       binpack: bool) -> None:
     request = parse_request(gpu_pod("p", requests).build())
     assert request is not None and request.vectorizable
     scorer = Scorer(parse_args(BINPACK if binpack else SPREAD))

@@ -38,12 +38,8 @@ VALID: list[Any] = [
         id="type-defaults-weight-defaults",
     ),
     pytest.param(
-        {
-            "scoringStrategy": {
-                "type": "MostAllocated",
-                "resources": [{"name": MEMORY, "weight": 0}],
-            }
-        },
+        {"scoringStrategy": {"type": "MostAllocated",
+                             "resources": [{"name": MEMORY, "weight": 0}]}},
         DeviceShareArgs(MOST_ALLOCATED, ((MEMORY, 1),)),
         id="weight-zero-is-one",
     ),
@@ -62,65 +58,34 @@ def test_parse_args_valid(args: dict[str, Any], want: DeviceShareArgs) -> None:
 
 INVALID: list[Any] = [
     pytest.param({"foo": 1}, "<args>: unknown field(s) foo", id="unknown-top"),
-    pytest.param(
-        {"scoringStrategy": "x"}, "scoringStrategy: expected a mapping", id="strategy-not-mapping"
-    ),
-    pytest.param(
-        {"scoringStrategy": {"kind": 1}},
-        "scoringStrategy: unknown field(s) kind",
-        id="strategy-unknown-field",
-    ),
-    pytest.param(
-        {"scoringStrategy": {"type": "Balanced"}},
-        "scoringStrategy.type: unsupported value 'Balanced'",
-        id="bad-type",
-    ),
-    pytest.param(
-        {"scoringStrategy": {"resources": {"name": RATIO}}},
-        "scoringStrategy.resources: expected a list",
-        id="resources-not-list",
-    ),
-    pytest.param(
-        {"scoringStrategy": {"resources": [{"weight": 1}]}},
-        "scoringStrategy.resources[0].name: expected a non-empty string",
-        id="missing-name",
-    ),
-    pytest.param(
-        {"scoringStrategy": {"resources": [{"name": "cpu"}]}},
-        "scoringStrategy.resources[0].name: unsupported resource 'cpu'",
-        id="unsupported-name",
-    ),
-    pytest.param(
-        {"scoringStrategy": {"resources": [{"name": RATIO, "weight": "2"}]}},
-        "scoringStrategy.resources[0].weight: expected an integer",
-        id="weight-str",
-    ),
-    pytest.param(
-        {"scoringStrategy": {"resources": [{"name": RATIO, "weight": True}]}},
-        "scoringStrategy.resources[0].weight: expected an integer",
-        id="weight-bool",
-    ),
-    pytest.param(
-        {"scoringStrategy": {"resources": [{"name": RATIO, "weight": 101}]}},
-        "scoringStrategy.resources[0].weight: resource weight of "
-        f"{RATIO} not in valid range (0, 100], got 101",
-        id="weight-too-big",
-    ),
-    pytest.param(
-        {"scoringStrategy": {"resources": [{"name": RATIO, "weight": -1}]}},
-        "scoringStrategy.resources[0].weight: resource weight",
-        id="weight-negative",
-    ),
-    pytest.param(
-        {"scoringStrategy": {"resources": [{"name": RATIO}, {"name": RATIO}]}},
-        f"scoringStrategy.resources[1].name: duplicate resource '{RATIO}'",
-        id="duplicate",
-    ),
-    pytest.param(
-        {"scoringStrategy": {"resources": [{"name": RATIO, "wieght": 1}]}},
-        "scoringStrategy.resources[0]: unknown field(s) wieght",
-        id="typo-field",
-    ),
+    pytest.param({"scoringStrategy": "x"}, "scoringStrategy: expected a mapping",
+                 id="strategy-not-mapping"),
+    pytest.param({"scoringStrategy": {"kind": 1}}, "scoringStrategy: unknown field(s) kind",
+                 id="strategy-unknown-field"),
+    pytest.param({"scoringStrategy": {"type": "Balanced"}},
+                 "scoringStrategy.type: unsupported value 'Balanced'", id="bad-type"),
+    pytest.param({"scoringStrategy": {"resources": {"name": RATIO}}},
+                 "scoringStrategy.resources: expected a list", id="resources-not-list"),
+    pytest.param({"scoringStrategy": {"resources": [{"weight": 1}]}},
+                 "scoringStrategy.resources[0].name: expected a non-empty string",
+                 id="missing-name"),
+    pytest.param({"scoringStrategy": {"resources": [{"name": "cpu"}]}},
+                 "scoringStrategy.resources[0].name: unsupported resource 'cpu'",
+                 id="unsupported-name"),
+    pytest.param({"scoringStrategy": {"resources": [{"name": RATIO, "weight": "2"}]}},
+                 "scoringStrategy.resources[0].weight: expected an integer", id="weight-str"),
+    pytest.param({"scoringStrategy": {"resources": [{"name": RATIO, "weight": True}]}},
+                 "scoringStrategy.resources[0].weight: expected an integer", id="weight-bool"),
+    pytest.param({"scoringStrategy": {"resources": [{"name": RATIO, "weight": 101}]}},
+                 "scoringStrategy.resources[0].weight: resource weight of "
+                 f"{RATIO} not in valid range (0, 100], got 101", id="weight-too-big"),
+    pytest.param({"scoringStrategy": {"resources": [{"name": RATIO, "weight": -1}]}},
+                 "scoringStrategy.resources[0].weight: resource weight", id="weight-negative"),
+    pytest.param({"scoringStrategy": {"resources": [{"name": RATIO}, {"name": RATIO}]}},
+                 f"scoringStrategy.resources[1].name: duplicate resource '{RATIO}'",
+                 id="duplicate"),
+    pytest.param({"scoringStrategy": {"resources": [{"name": RATIO, "wieght": 1}]}},
+                 "scoringStrategy.resources[0]: unknown field(s) wieght", id="typo-field"),
 ]
 
 

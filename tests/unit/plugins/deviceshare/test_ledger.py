@@ -38,24 +38,15 @@ from tests.unit.plugins.deviceshare.helpers import (
     verify,
 )
 
-HALF = (
-    '{"gpu":[{"minor":1,"resources":{"koordinator.sh/gpu-core":"50",'
-    '"koordinator.sh/gpu-memory":"40Gi","koordinator.sh/gpu-memory-ratio":"50"}}]}'
-)
-HALF_USE = CardUse.of(
-    "gpu",
-    1,
-    {
-        "koordinator.sh/gpu-core": 50,
-        "koordinator.sh/gpu-memory": 40 * GI,
-        "koordinator.sh/gpu-memory-ratio": 50,
-    },
-)
+HALF = ('{"gpu":[{"minor":1,"resources":{"koordinator.sh/gpu-core":"50",'
+        '"koordinator.sh/gpu-memory":"40Gi","koordinator.sh/gpu-memory-ratio":"50"}}]}')
+HALF_USE = CardUse.of("gpu", 1, {"koordinator.sh/gpu-core": 50,
+                                 "koordinator.sh/gpu-memory": 40 * GI,
+                                 "koordinator.sh/gpu-memory-ratio": 50})
 
 
-def card(
-    ledger: NodeDeviceLedger, node: str, minor: int, device_type: str = "gpu"
-) -> dict[str, Any]:
+def card(ledger: NodeDeviceLedger, node: str, minor: int, device_type: str = "gpu"
+         ) -> dict[str, Any]:
     cards: dict[int, Any] = ledger.snapshot_state()["nodes"][node]["cards"][device_type]
     return dict(cards[minor])
 
@@ -124,20 +115,10 @@ def test_reserve_then_bind_event_counts_once() -> None:
 def test_bind_event_with_equivalent_text_counts_once() -> None:
     ledger = ledger_of([gpus("n", 2)])
     ledger.reserve("default/p", "n", [HALF_USE], "")
-    reordered = json.dumps(
-        {
-            "gpu": [
-                {
-                    "resources": {
-                        "koordinator.sh/gpu-memory-ratio": "50",
-                        "koordinator.sh/gpu-core": "50",
-                        "koordinator.sh/gpu-memory": "40Gi",
-                    },
-                    "minor": 1,
-                }
-            ]
-        }
-    )
+    reordered = json.dumps({"gpu": [{"resources": {"koordinator.sh/gpu-memory-ratio": "50",
+                                                   "koordinator.sh/gpu-core": "50",
+                                                   "koordinator.sh/gpu-memory": "40Gi"},
+                                     "minor": 1}]})
     pod = bound(gpu_pod("p", {"koordinator.sh/gpu": 50}), "n", reordered)
     ledger.apply_change(Change("Pod", None, pod))
     assert used(ledger, "n", 1) == (50, 50, 40 * GI)
@@ -252,10 +233,8 @@ def test_malformed_annotation_keeps_our_reservation() -> None:
 
 
 def test_unknown_types_and_resources_are_ignored() -> None:
-    raw = (
-        '{"xpu":[{"minor":0,"resources":{"x":"1"}}],"rdma":[{"minor":0,"resources":'
-        '{"koordinator.sh/rdma":"10","other":"5"}}]}'
-    )
+    raw = ('{"xpu":[{"minor":0,"resources":{"x":"1"}}],"rdma":[{"minor":0,"resources":'
+           '{"koordinator.sh/rdma":"10","other":"5"}}]}')
     assert uses_from_annotation(raw) == (CardUse.of("rdma", 0, {"koordinator.sh/rdma": 10}),)
 
 
@@ -295,28 +274,18 @@ REQUESTS: list[dict[str, Any]] = [
 
 
 def _device(node: str, present: frozenset[int], sick: frozenset[int]) -> Device:
-    cards = [
-        gpu(m, f"{(16, 40, 80)[(NODES.index(node) + m) % 3]}Gi", health=m not in sick)
-        for m in sorted(present)
-    ]
+    cards = [gpu(m, f"{(16, 40, 80)[(NODES.index(node) + m) % 3]}Gi", health=m not in sick)
+             for m in sorted(present)]
     cards += [nic("rdma", m, health=m not in sick) for m in sorted(present) if m < 2]
     return device(node, *cards)
 
 
 ops = st.one_of(
-    st.tuples(
-        st.just("device"),
-        st.sampled_from(NODES),
-        st.frozensets(st.sampled_from(MINORS)),
-        st.frozensets(st.sampled_from(MINORS)),
-    ),
+    st.tuples(st.just("device"), st.sampled_from(NODES), st.frozensets(st.sampled_from(MINORS)),
+              st.frozensets(st.sampled_from(MINORS))),
     st.tuples(st.just("delete_device"), st.sampled_from(NODES)),
-    st.tuples(
-        st.just("reserve"),
-        st.integers(0, 7),
-        st.sampled_from(NODES),
-        st.integers(0, len(REQUESTS) - 1),
-    ),
+    st.tuples(st.just("reserve"), st.integers(0, 7), st.sampled_from(NODES),
+              st.integers(0, len(REQUESTS) - 1)),
     st.tuples(st.just("unreserve"), st.integers(0, 7)),
     st.tuples(st.just("bind"), st.integers(0, 7)),
     st.tuples(st.just("delete_pod"), st.integers(0, 7)),
@@ -390,11 +359,11 @@ class _Model:
         allocations: dict[str, list[DeviceAllocation]] = {}
         for use in holding.uses:
             allocations.setdefault(use.device_type, []).append(
-                DeviceAllocation.from_ints(use.minor, dict(use.resources))
-            )
+                DeviceAllocation.from_ints(use.minor, dict(use.resources)))
         text = encode_allocations(allocations)
         raw = dict(pod.raw)
-        raw["metadata"] = {**raw["metadata"], "annotations": {ANNOTATION_DEVICE_ALLOCATED: text}}
+        raw["metadata"] = {**raw["metadata"],
+                           "annotations": {ANNOTATION_DEVICE_ALLOCATED: text}}
         raw["spec"] = {**raw["spec"], "nodeName": holding.node}
         from apis.core import decode_pod
 
@@ -410,10 +379,8 @@ class _Model:
                 for c in cards.values():
                     if c["healthy"]:
                         assert all(u <= t for u, t in zip(c["used"], c["total"], strict=True)), c
-                        assert all(
-                            u + f == t
-                            for u, f, t in zip(c["used"], c["free"], c["total"], strict=True)
-                        ), c
+                        assert all(u + f == t for u, f, t in
+                                   zip(c["used"], c["free"], c["total"], strict=True)), c
         reservations = [h for _, h in self.reserved.values()]
         assert all(h.source == RESERVED for h in reservations)
         rebuilt = NodeDeviceLedger.replay(self.devices.values(), self.pods.values(), reservations)

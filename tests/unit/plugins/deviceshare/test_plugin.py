@@ -55,11 +55,9 @@ from tests.unit.plugins.deviceshare.helpers import (
 )
 
 GOLDEN_ID = "GPU-98583a5c-c155-9cf6-f955-03c189d3dbfb"
-GOLDEN = (
-    '{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"50",'
-    '"koordinator.sh/gpu-memory":"8Gi","koordinator.sh/gpu-memory-ratio":"50"},'
-    f'"id":"{GOLDEN_ID}"}}]}}'
-)
+GOLDEN = ('{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"50",'
+          '"koordinator.sh/gpu-memory":"8Gi","koordinator.sh/gpu-memory-ratio":"50"},'
+          f'"id":"{GOLDEN_ID}"}}]}}')
 HALF = {"koordinator.sh/gpu-core": 50, "koordinator.sh/gpu-memory-ratio": 50}
 
 
@@ -73,17 +71,8 @@ def test_profiles_share_one_ledger_and_one_handler() -> None:
     shared: dict[str, Any] = {}
     handlers: list[Callable[[Change], None]] = []
     plugins = [
-        new_deviceshare(
-            {},
-            Handle(
-                snapshot_of([]),
-                RecordingClient(),
-                ManualClock(),
-                name,
-                shared=shared,
-                event_handlers=handlers,
-            ),
-        )
+        new_deviceshare({}, Handle(snapshot_of([]), RecordingClient(), ManualClock(), name,
+                                   shared=shared, event_handlers=handlers))
         for name in ("a", "b")
     ]
     assert plugins[0].ledger is plugins[1].ledger is shared[LEDGER_KEY]
@@ -93,13 +82,8 @@ def test_profiles_share_one_ledger_and_one_handler() -> None:
 def test_events_to_register() -> None:
     plugin, _ = plugin_of([])
     assert set(plugin.events_to_register()) == {
-        DEVICE_ADD,
-        DEVICE_UPDATE,
-        DEVICE_DELETE,
-        ASSIGNED_POD_DELETE,
-        ASSIGNED_POD_UPDATE,
-        NODE_ADD,
-    }
+        DEVICE_ADD, DEVICE_UPDATE, DEVICE_DELETE, ASSIGNED_POD_DELETE, ASSIGNED_POD_UPDATE,
+        NODE_ADD}
 
 
 def test_filter_reserve_prebind_golden_annotation() -> None:
@@ -166,42 +150,25 @@ def test_missing_state_is_an_error() -> None:
 
 FILTER: list[Any] = [
     pytest.param([gpus("n", 1)], [], HALF, None, id="fits"),
-    pytest.param(
-        [gpus("other", 1)],
-        [],
-        HALF,
-        (Code.UNSCHEDULABLE_AND_UNRESOLVABLE, "Insufficient gpu devices"),
-        id="node-without-device-cr",
-    ),
-    pytest.param(
-        [device("n", nic("rdma", 0))],
-        [],
-        HALF,
-        (Code.UNSCHEDULABLE_AND_UNRESOLVABLE, "Insufficient gpu devices"),
-        id="node-without-gpus",
-    ),
-    pytest.param(
-        [gpus("n", 1)],
-        [gpu_alloc(0, 60, 48 * GI, 60)],
-        HALF,
-        (Code.UNSCHEDULABLE, "Insufficient gpu devices"),
-        id="card-too-full",
-    ),
-    pytest.param(
-        [gpus("n", 1)],
-        [],
-        {"koordinator.sh/rdma": 1},
-        (Code.UNSCHEDULABLE_AND_UNRESOLVABLE, "Insufficient rdma devices"),
-        id="no-rdma",
-    ),
+    pytest.param([gpus("other", 1)], [], HALF,
+                 (Code.UNSCHEDULABLE_AND_UNRESOLVABLE, "Insufficient gpu devices"),
+                 id="node-without-device-cr"),
+    pytest.param([device("n", nic("rdma", 0))], [], HALF,
+                 (Code.UNSCHEDULABLE_AND_UNRESOLVABLE, "Insufficient gpu devices"),
+                 id="node-without-gpus"),
+    pytest.param([gpus("n", 1)], [gpu_alloc(0, 60, 48 * GI, 60)], HALF,
+                 (Code.UNSCHEDULABLE, "Insufficient gpu devices"), id="card-too-full"),
+    pytest.param([gpus("n", 1)], [], {"koordinator.sh/rdma": 1},
+                 (Code.UNSCHEDULABLE_AND_UNRESOLVABLE, "Insufficient rdma devices"),
+                 id="no-rdma"),
 ]
 
 
 @pytest.mark.parametrize(("devices", "existing", "requests", "want"), FILTER)
-def test_filter(
-    devices: list[Any], existing: list[str], requests: dict[str, Any], want: tuple[Code, str] | None
-) -> None:
-    pods = [bound(gpu_pod(f"e{i}", {"nvidia.com/gpu": 1}), "n", t) for i, t in enumerate(existing)]
+def test_filter(devices: list[Any], existing: list[str], requests: dict[str, Any],
+                want: tuple[Code, str] | None) -> None:
+    pods = [bound(gpu_pod(f"e{i}", {"nvidia.com/gpu": 1}), "n", t)
+            for i, t in enumerate(existing)]
     plugin, snapshot = plugin_of(devices, pods, nodes=["n"])
     pod = gpu_pod("p", requests).build()
     state, _ = prefilter(plugin, pod)
@@ -215,7 +182,8 @@ def test_binpack_and_spread_choose_different_cards() -> None:
     chosen = {}
     for strategy in ("LeastAllocated", "MostAllocated"):
         existing = bound(gpu_pod("e", HALF), "n", gpu_alloc(0, 50, 40 * GI, 50))
-        plugin, _ = plugin_of([gpus("n", 2)], [existing], {"scoringStrategy": {"type": strategy}})
+        plugin, _ = plugin_of([gpus("n", 2)], [existing],
+                              {"scoringStrategy": {"type": strategy}})
         pod = gpu_pod("p", HALF).build()
         state, _ = prefilter(plugin, pod)
         assert plugin.reserve(state, pod, "n") is None
@@ -251,8 +219,7 @@ def test_remove_pod_frees_victim_for_the_cycle_only() -> None:
     assert plugin.filter(dry, pod, node) is None
     assert plugin.filter_nodes(dry, pod, snapshot)[node.slot]
     assert plugin.score_nodes(dry, pod, snapshot, np.array([node.slot])).tolist() == [
-        plugin.score(dry, pod, node)
-    ]
+        plugin.score(dry, pod, node)]
     assert plugin.filter(state, pod, node) is not None  # the original state is untouched
     assert ext.add_pod(dry, pod, victim, node) is None
     assert plugin.filter(dry, pod, node) is not None
@@ -281,16 +248,14 @@ def test_gpu_model_constraint_through_node_affinity() -> None:
         for h in handlers:
             h(Change("Device", None, d))
     affinity = NodeAffinity(affinity_args({}))
-    pod = gpu_pod("p", HALF).node_affinity_in("node.koordinator.sh/gpu-model", ["Tesla-T4"]).build()
+    pod = (gpu_pod("p", HALF).node_affinity_in("node.koordinator.sh/gpu-model", ["Tesla-T4"])
+           .build())
     state = CycleState()
     assert affinity.pre_filter(state, pod) is None
     assert plugin.pre_filter(state, pod) is None
-    fits = [
-        name
-        for name in ("a100", "t4")
-        if affinity.filter(state, pod, info(snapshot, name)) is None
-        and plugin.filter(state, pod, info(snapshot, name)) is None
-    ]
+    fits = [name for name in ("a100", "t4")
+            if affinity.filter(state, pod, info(snapshot, name)) is None
+            and plugin.filter(state, pod, info(snapshot, name)) is None]
     assert fits == ["t4"]
 
 
@@ -303,36 +268,25 @@ POD_REQUESTS: list[tuple[dict[str, Any], dict[str, str]]] = [
     (HALF, {}),
     ({"koordinator.sh/gpu-core": 25, "koordinator.sh/gpu-memory": "4Gi"}, {}),
     ({"koordinator.sh/rdma": 50, "koordinator.sh/fpga": 100}, {}),
-    (
-        {"nvidia.com/gpu": 2},
-        {ANNOTATION_DEVICE_ALLOCATE_HINT: '{"gpu":{"requiredTopologyScope":"PCIe"}}'},
-    ),
-    (
-        {"nvidia.com/gpu": 1, "koordinator.sh/rdma": 1},
-        {
-            ANNOTATION_DEVICE_JOINT_ALLOCATE: '{"deviceTypes":["gpu","rdma"],"requiredScope":"SamePCIe"}'
-        },
-    ),
-    (
-        {"koordinator.sh/rdma": 1},
-        {ANNOTATION_DEVICE_ALLOCATE_HINT: '{"rdma":{"allocateStrategy":"ApplyForAll"}}'},
-    ),
+    ({"nvidia.com/gpu": 2}, {ANNOTATION_DEVICE_ALLOCATE_HINT:
+                             '{"gpu":{"requiredTopologyScope":"PCIe"}}'}),
+    ({"nvidia.com/gpu": 1, "koordinator.sh/rdma": 1},
+     {ANNOTATION_DEVICE_JOINT_ALLOCATE:
+      '{"deviceTypes":["gpu","rdma"],"requiredScope":"SamePCIe"}'}),
+    ({"koordinator.sh/rdma": 1}, {ANNOTATION_DEVICE_ALLOCATE_HINT:
+                                  '{"rdma":{"allocateStrategy":"ApplyForAll"}}'}),
 ]
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ledgers(), st.sampled_from(POD_REQUESTS), st.booleans(), st.integers(0, 3), st.booleans())
-def test_batch_equals_per_node(
-    ledger: NodeDeviceLedger,
-    pod_spec: tuple[dict[str, Any], dict[str, str]],
-    binpack: bool,
-    extra: int,
-    remove_victim: bool,
-) -> None:
+@given(ledgers(), st.sampled_from(POD_REQUESTS), st.booleans(), st.integers(0, 3),
+       st.booleans())
+def test_batch_equals_per_node(ledger: NodeDeviceLedger, pod_spec: tuple[dict[str, Any],
+                               dict[str, str]], binpack: bool, extra: int,
+                               remove_victim: bool) -> None:
     args = {"scoringStrategy": {"type": "MostAllocated" if binpack else "LeastAllocated"}}
-    plugin = new_deviceshare(
-        args, Handle(snapshot_of([]), RecordingClient(), ManualClock(), shared={LEDGER_KEY: ledger})
-    )
+    plugin = new_deviceshare(args, Handle(snapshot_of([]), RecordingClient(), ManualClock(),
+                                          shared={LEDGER_KEY: ledger}))
     # Nodes with and without a ledger row, in a shuffled slot order, one of them deleted.
     names = [f"n{i}" for i in range(ledger.n_rows + extra)]
     random.Random(len(names)).shuffle(names)
@@ -362,34 +316,22 @@ def test_batch_equals_per_node(
 
 DS = {"name": "DeviceShare"}
 CONFIG = {
-    "apiVersion": "kubescheduler.config.k8s.io/v1",
-    "kind": "KubeSchedulerConfiguration",
-    "profiles": [
-        {
-            "schedulerName": "koord-scheduler",
-            "plugins": {
-                ep: {"enabled": [DS]}
-                for ep in ("preFilter", "filter", "preScore", "score", "reserve", "preBind")
-            },
-        }
-    ],
+    "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+    "profiles": [{"schedulerName": "koord-scheduler", "plugins": {
+        ep: {"enabled": [DS]} for ep in ("preFilter", "filter", "preScore", "score", "reserve",
+                                          "preBind")}}],
 }
 
 
 def test_in_the_scheduler() -> None:
     cluster = InMemoryCluster()
     for name in ("g1", "cpu"):
-        cluster.apply_node(make_node(name).cpu("8").memory("32Gi").gpu_resources(1, "16Gi").obj())
+        cluster.apply_node(make_node(name).cpu("8").memory("32Gi").gpu_resources(1, "16Gi")
+                           .obj())
     cluster.apply_device(device("g1", gpu(0, "16Gi", uid=GOLDEN_ID)).to_dict())
-    sched = Scheduler(
-        parse_config(CONFIG),
-        cluster,
-        in_tree_registry() | {"DeviceShare": new_deviceshare},
-        default_plugins(),
-        clock=SimulatedClock(),
-        rng=random.Random(0),
-        bind_workers=1,
-    )
+    sched = Scheduler(parse_config(CONFIG), cluster,
+                      in_tree_registry() | {"DeviceShare": new_deviceshare}, default_plugins(),
+                      clock=SimulatedClock(), rng=random.Random(0), bind_workers=1)
     try:
         for name in ("a", "b", "c"):
             cluster.apply_pod(gpu_pod(name, HALF).scheduler("koord-scheduler").obj())
@@ -403,8 +345,7 @@ def test_in_the_scheduler() -> None:
     assert cluster.pods["default/c"].node_name == ""
     assert sched.failures["default/c"] == (
         "0/2 nodes are available: 1 Insufficient gpu devices, 1 Insufficient koordinator.sh/"
-        "gpu-core, 1 Insufficient koordinator.sh/gpu-memory-ratio."
-    )
+        "gpu-core, 1 Insufficient koordinator.sh/gpu-memory-ratio.")
     card = plugin.ledger.node_view("g1", ["gpu"]).cards["gpu"][0]
     assert card.used == (100, 100, 16 * GI)  # a and b, each counted once after their binds
     verify(plugin.ledger)

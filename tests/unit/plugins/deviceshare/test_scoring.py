@@ -44,59 +44,32 @@ def view(total: tuple[int, ...], used: tuple[int, ...]) -> CardView:
 CARD_SCORES: list[Any] = [
     # default weights: ratio 1, memory 1 (core 0): (ratio score + memory score) // 2
     pytest.param({}, (100, 100, 80 * GI), (0, 0, 0), (50, 50, 40 * GI), 50, id="least-empty"),
-    pytest.param(
-        {}, (100, 100, 80 * GI), (50, 50, 40 * GI), (50, 50, 40 * GI), 0, id="least-fills"
-    ),
-    pytest.param(
-        {"scoringStrategy": {"type": "MostAllocated"}},
-        (100, 100, 80 * GI),
-        (25, 25, 20 * GI),
-        (50, 50, 40 * GI),
-        75,
-        id="most",
-    ),
-    pytest.param(
-        {
-            "scoringStrategy": {
-                "resources": [
-                    {"name": "koordinator.sh/gpu-core", "weight": 3},
-                    {"name": "koordinator.sh/gpu-memory-ratio", "weight": 1},
-                ]
-            }
-        },
-        (100, 100, 80 * GI),
-        (0, 60, 0),
-        (20, 20, 0),
-        65,
-        id="weighted",
-    ),
+    pytest.param({}, (100, 100, 80 * GI), (50, 50, 40 * GI), (50, 50, 40 * GI), 0,
+                 id="least-fills"),
+    pytest.param({"scoringStrategy": {"type": "MostAllocated"}}, (100, 100, 80 * GI),
+                 (25, 25, 20 * GI), (50, 50, 40 * GI), 75, id="most"),
+    pytest.param({"scoringStrategy": {"resources": [
+        {"name": "koordinator.sh/gpu-core", "weight": 3},
+        {"name": "koordinator.sh/gpu-memory-ratio", "weight": 1}]}},
+        (100, 100, 80 * GI), (0, 60, 0), (20, 20, 0), 65, id="weighted"),
     pytest.param({}, (100, 100, 0), (0, 40, 0), (10, 10, 0), 50, id="zero-memory-skipped"),
     pytest.param({}, (0, 0, 0), (0, 0, 0), (10, 10, 0), 0, id="unhealthy-zero"),
 ]
 
 
 @pytest.mark.parametrize(("args", "total", "used", "amounts", "want"), CARD_SCORES)
-def test_card_score(
-    args: dict[str, Any],
-    total: tuple[int, ...],
-    used: tuple[int, ...],
-    amounts: tuple[int, ...],
-    want: int,
-) -> None:
+def test_card_score(args: dict[str, Any], total: tuple[int, ...], used: tuple[int, ...],
+                    amounts: tuple[int, ...], want: int) -> None:
     assert Scorer(parse_args(args)).card_score("gpu", view(total, used), amounts) == want
 
 
 def test_node_score_sums_cards_and_uses_pod_total() -> None:
     request = parse_request(gpu_pod("p", {"nvidia.com/gpu": 2}).build())
     assert request is not None
-    cards = {
-        "gpu": [
-            view((100, 100, 80 * GI), (100, 100, 80 * GI)),
-            view((100, 100, 80 * GI), (0, 0, 0)),
-            view((100, 100, 80 * GI), (0, 0, 0)),
-            view((100, 100, 80 * GI), (0, 0, 0)),
-        ]
-    }
+    cards = {"gpu": [view((100, 100, 80 * GI), (100, 100, 80 * GI)),
+                     view((100, 100, 80 * GI), (0, 0, 0)),
+                     view((100, 100, 80 * GI), (0, 0, 0)),
+                     view((100, 100, 80 * GI), (0, 0, 0))]}
     # ratio: (400 - (100 + 200)) * 100 // 400 = 25; memory: (320 - 80) * 100 // 320 = 75
     assert LEAST.node_score(cards, request) == (25 + 75) // 2
     # MostAllocated: ratio 75, memory 25
@@ -104,9 +77,8 @@ def test_node_score_sums_cards_and_uses_pod_total() -> None:
 
 
 def test_node_score_multiple_types() -> None:
-    request = parse_request(
-        gpu_pod("p", {"koordinator.sh/gpu-memory-ratio": 50, "koordinator.sh/rdma": 50}).build()
-    )
+    request = parse_request(gpu_pod("p", {"koordinator.sh/gpu-memory-ratio": 50,
+                                          "koordinator.sh/rdma": 50}).build())
     assert request is not None
     cards = {"gpu": [view((100, 100, 10), (0, 0, 0))], "rdma": [view((100,), (25,))]}
     # ratio 50, memory 100, rdma 25 -> 175 // 3
@@ -117,8 +89,7 @@ def test_node_score_multiple_types() -> None:
 # Property: score_rows (row sums, numpy) == node_score (per card) on random ledgers.
 
 REQUESTS: list[dict[str, Any]] = [
-    {"nvidia.com/gpu": 1},
-    {"nvidia.com/gpu": 3},
+    {"nvidia.com/gpu": 1}, {"nvidia.com/gpu": 3},
     {"koordinator.sh/gpu-core": 50, "koordinator.sh/gpu-memory-ratio": 50},
     {"koordinator.sh/gpu-core": 25, "koordinator.sh/gpu-memory": "4Gi"},
     {"koordinator.sh/rdma": 50, "koordinator.sh/fpga": 100},
@@ -127,23 +98,13 @@ REQUESTS: list[dict[str, Any]] = [
 STRATEGIES = [
     {},
     {"scoringStrategy": {"type": "MostAllocated"}},
-    {
-        "scoringStrategy": {
-            "type": "MostAllocated",
-            "resources": [
-                {"name": "koordinator.sh/gpu-core", "weight": 2},
-                {"name": "koordinator.sh/rdma"},
-            ],
-        }
-    },
+    {"scoringStrategy": {"type": "MostAllocated", "resources": [
+        {"name": "koordinator.sh/gpu-core", "weight": 2}, {"name": "koordinator.sh/rdma"}]}},
 ]
-
-
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ledgers(), st.sampled_from(REQUESTS), st.sampled_from(STRATEGIES))
-def test_score_rows_equals_node_score(
-    ledger: NodeDeviceLedger, requests: dict[str, Any], args: dict[str, Any]
-) -> None:
+def test_score_rows_equals_node_score(ledger: NodeDeviceLedger, requests: dict[str, Any],
+                                      args: dict[str, Any]) -> None:
     scorer = Scorer(parse_args(args))
     request = parse_request(gpu_pod("p", requests).build())
     assert request is not None

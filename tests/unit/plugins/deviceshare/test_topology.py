@@ -15,9 +15,8 @@ EIGHT = [(0, "A"), (0, "A"), (0, "B"), (0, "B"), (1, "C"), (1, "C"), (1, "D"), (
 WIDE = [(0, "E")] * 4 + [(0, "F")] * 4
 
 
-def cards(
-    layout: list[tuple[int, str]] | None, used: frozenset[int] | set[int] = frozenset(), n: int = 8
-) -> list[CardView]:
+def cards(layout: list[tuple[int, str]] | None, used: frozenset[int] | set[int] = frozenset(),
+          n: int = 8) -> list[CardView]:
     out = []
     for m in range(n if layout is None else len(layout)):
         topo = None
@@ -26,13 +25,13 @@ def cards(
             topo = DeviceTopology(socket_id=numa, node_id=numa, pcie_id=pcie)
         meta = CardMeta(m, f"GPU-{m}", True, (100, 100, 100), {}, topo)
         u = (50, 50, 50) if m in used else (0, 0, 0)
-        out.append(CardView(m, True, True, (100, 100, 100), u, tuple(100 - x for x in u), meta))
+        out.append(CardView(m, True, True, (100, 100, 100), u,
+                            tuple(100 - x for x in u), meta))
     return out
 
 
-def free_cands(
-    all_cards: list[CardView], exclude: frozenset[int] | set[int] = frozenset()
-) -> list[CardView]:
+def free_cands(all_cards: list[CardView], exclude: frozenset[int] | set[int] = frozenset()
+               ) -> list[CardView]:
     return [c for c in all_cards if not c.in_use and c.minor not in exclude]
 
 
@@ -55,9 +54,8 @@ WHOLE: list[Any] = [
 
 
 @pytest.mark.parametrize(("layout", "used", "exclude", "count", "want"), WHOLE)
-def test_choose_whole(
-    layout: list[tuple[int, str]], used: set[int], exclude: set[int], count: int, want: list[int]
-) -> None:
+def test_choose_whole(layout: list[tuple[int, str]], used: set[int], exclude: set[int],
+                      count: int, want: list[int]) -> None:
     all_cards = cards(layout, used)
     assert minors(choose_whole(free_cands(all_cards, exclude), all_cards, count)) == want
 
@@ -91,14 +89,8 @@ SCOPED: list[Any] = [
 
 
 @pytest.mark.parametrize(("layout", "exclude", "count", "scope", "whole", "want"), SCOPED)
-def test_choose_scoped(
-    layout: list[tuple[int, str]] | None,
-    exclude: set[int],
-    count: int,
-    scope: str,
-    whole: bool,
-    want: list[int] | None,
-) -> None:
+def test_choose_scoped(layout: list[tuple[int, str]] | None, exclude: set[int], count: int,
+                       scope: str, whole: bool, want: list[int] | None) -> None:
     all_cards = cards(layout)
     cands = free_cands(all_cards, exclude)
     assert minors(choose_scoped(cands, all_cards, count, scope, whole, _order)) == want
