@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
+from apis.topology import connectivity
 from koordlet.devices.fake import FakeLibrary, FakeSpecError, load_fake_spec, parse_fake_spec
 from koordlet.devices.library import (
     GPU,
@@ -339,3 +340,32 @@ def test_topology_validation_errors(gpu: dict[str, Any], message: str) -> None:
     with pytest.raises(FakeSpecError) as err:
         parse_fake_spec({"gpus": [gpu, _gpu_doc(1)]}, Path("."), "f.yaml")
     assert str(err.value).startswith(f"f.yaml: {message}")
+
+
+@pytest.mark.parametrize(
+    ("box", "minors", "expected"),
+    [
+        ("h100-nvswitch", (0, 7), (100, 100)),
+        ("h100-nvswitch", (0, 1, 2, 3, 4, 5, 6, 7), (100, 100)),
+        ("a100-nvlink-pairs", (0, 1), (90, 90)),
+        ("a100-nvlink-pairs", (0, 2), (20, 20)),
+        ("a100-nvlink-pairs", (0, 1, 2, 3), (20, 43)),
+        ("a100-nvlink-pairs", (0, 1, 4, 5), (10, 36)),
+        ("a100-nvlink-pairs", (0, 2, 3, 4), (10, 26)),
+        ("a100-nvlink-pairs", (0, 2, 4, 6), (10, 13)),
+        ("v100-cube-mesh", (0, 3), (73, 73)),
+        ("v100-cube-mesh", (0, 1), (71, 71)),
+        ("v100-cube-mesh", (0, 1, 2, 3), (71, 72)),
+        ("t4-pcie", (0, 1), (50, 50)),
+        ("t4-pcie", (2, 3), (30, 30)),
+        ("t4-pcie", (0, 2), (10, 10)),
+    ],
+    ids=lambda v: "-".join(map(str, v)) if isinstance(v, tuple) else str(v),
+)
+def test_connectivity_on_the_example_boxes(
+    box: str, minors: tuple[int, ...], expected: tuple[int, int]
+) -> None:
+    """The figures of docs/device-topology.md."""
+    topology = FakeLibrary.from_file(REPO / "config" / "examples" / BOXES[box].example).discover()
+    got = connectivity(topology.topology, minors)
+    assert (got.bottleneck, got.average) == expected
