@@ -40,6 +40,7 @@ import itertools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, Final
 
 from apis.quantity import DECIMAL_SI, Quantity, QuantityError
@@ -64,6 +65,7 @@ __all__ = [
     "connectivity_score",
     "nvlink_bandwidth",
     "pair_rank",
+    "ring_bandwidth",
 ]
 
 ANNOTATION_GPU_TOPOLOGY: Final = "scheduling.koordinator.sh/gpu-topology"
@@ -101,6 +103,7 @@ _ANCESTOR_RANK: Final[Mapping[str, int]] = {
 _NVLINK_BASE: Final = 70
 _NVLINK_FULL: Final = 18  # links at which an NVLink pair reaches PERFECT (H100 SXM: 18)
 _INT32_MAX: Final = 2**31 - 1
+_RING_EXACT_MAX: Final = 10  # cards up to which ring_bandwidth searches every ring
 
 
 class TopologyDecodeError(ValueError):
@@ -366,3 +369,56 @@ def connectivity(topology: GPUTopology, minors: Iterable[int]) -> Connectivity:
 def connectivity_score(topology: GPUTopology, minors: Iterable[int]) -> int:
     """The 0-100 connectivity score of a set of cards: ``connectivity(...).score``."""
     return connectivity(topology, minors).score
+
+
+def ring_bandwidth(topology: GPUTopology, minors: Iterable[int]) -> Quantity | None:
+    """The bandwidth of the best ring through the cards ``minors`` (duplicates ignored).
+
+    A ring all-reduce runs at the speed of its slowest hop, so this is the largest, over every
+    ring that visits each card once, of the smallest pair ``bandwidth`` on it (Koordinator's
+    ``ringBusBandwidth``; bytes per second each way). Two cards: their pair's bandwidth. None
+    for fewer than two cards or when every ring needs a pair of unknown bandwidth (PCIe
+    pairs carry none). Exact up to 10 cards (a search over card subsets, O(2^n n^2)); above
+    that, the smallest bandwidth over all pairs (a lower bound; exact on NVSwitch boxes).
+    """
+    cards = sorted(set(minors))
+    n = len(cards)
+    if n < 2:
+        return None
+    bw: list[list[Fraction | None]] = [[None] * n for _ in range(n)]
+    for i, j in itertools.combinations(range(n), 2):
+        link = topology.link(cards[i], cards[j])
+        if link is not None and link.bandwidth is not None:
+            bw[i][j] = bw[j][i] = link.bandwidth.value
+    if n == 2 or n > _RING_EXACT_MAX:
+        values = [bw[i][j] for i, j in itertools.combinations(range(n), 2)]
+        if any(v is None for v in values):
+            return None
+        return Quantity.of(min(v for v in values if v is not None), DECIMAL_SI)
+    # best[mask][v]: the best bottleneck of a path from card 0 through ``mask`` ending at v.
+    full = (1 << n) - 1
+    best: list[list[Fraction | None]] = [[None] * n for _ in range(1 << n)]
+    best[1][0] = Fraction(-1)  # the empty path: no hop yet
+    for mask in range(1, full + 1, 2):  # every mask holds card 0
+        row = best[mask]
+        for v in range(n):
+            here = row[v]
+            if here is None:
+                continue
+            for w in range(1, n):
+                hop = bw[v][w]
+                if mask & (1 << w) or hop is None:
+                    continue
+                value = hop if here < 0 else min(here, hop)
+                old = best[mask | (1 << w)][w]
+                if old is None or value > old:
+                    best[mask | (1 << w)][w] = value
+    result: Fraction | None = None
+    for v in range(1, n):
+        path, back = best[full][v], bw[v][0]
+        if path is None or back is None:
+            continue
+        value = min(path, back)
+        if result is None or value > result:
+            result = value
+    return None if result is None else Quantity.of(result, DECIMAL_SI)

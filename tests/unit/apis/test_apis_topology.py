@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -22,6 +23,7 @@ from apis.topology import (
     connectivity_score,
     nvlink_bandwidth,
     pair_rank,
+    ring_bandwidth,
 )
 
 G = 10**9
@@ -294,3 +296,84 @@ def test_connectivity_matches_a_brute_force(t: GPUTopology, minors: list[int]) -
     c = connectivity(t, minors)
     assert (c.bottleneck, c.average) == _reference(t, minors)
     assert 0 <= c.bottleneck <= c.average <= 100
+
+
+# -- ring bandwidth -------------------------------------------------------------------------------
+
+
+def _mesh() -> GPUTopology:
+    """The V100 hybrid-cube-mesh quad: NV1 on (0,1), (0,2), (1,3); NV2 on the rest."""
+    counts = {(0, 1): 1, (0, 2): 1, (0, 3): 2, (1, 2): 2, (1, 3): 1, (2, 3): 2}
+    return GPUTopology(tuple(nv(a, b, n) for (a, b), n in counts.items()))
+
+
+@pytest.mark.parametrize(
+    ("topology", "minors", "expected"),
+    [
+        (_mesh(), (), None),
+        (_mesh(), (3,), None),
+        (_mesh(), (0, 3), "50G"),
+        (_mesh(), (3, 0, 3), "50G"),
+        (_mesh(), (0, 1, 2, 3), "25G"),
+        (_mesh(), (0, 2, 3), "25G"),
+        (_mesh(), (1, 2, 3), "25G"),
+        (_pairs_box(), (0, 1), "300G"),
+        (_pairs_box(), (0, 2), None),
+        (_pairs_box(), (0, 1, 2, 3), None),
+        (_mesh(), (0, 9), None),
+        (
+            # a ring 0-1-2-3 over fast links beats the slow diagonals it avoids
+            GPUTopology(
+                (nv(0, 1, 12), nv(1, 2, 12), nv(2, 3, 12), nv(0, 3, 12), nv(0, 2, 1), nv(1, 3, 1))
+            ),
+            (0, 1, 2, 3),
+            "300G",
+        ),
+    ],
+    ids=[
+        "none",
+        "one",
+        "pair",
+        "duplicates",
+        "mesh-quad",
+        "mesh-triple",
+        "mesh-triple-2",
+        "nvlink-pair",
+        "pcie-pair",
+        "needs-pcie",
+        "unknown-card",
+        "ring-avoids-slow-diagonals",
+    ],
+)
+def test_ring_bandwidth(
+    topology: GPUTopology, minors: tuple[int, ...], expected: str | None
+) -> None:
+    got = ring_bandwidth(topology, minors)
+    assert (None if got is None else got.canonical()) == expected
+
+
+def _brute_ring(t: GPUTopology, cards: list[int]) -> Quantity | None:
+    best = None
+    for rest in itertools.permutations(cards[1:]):
+        ring = [cards[0], *rest, cards[0]]
+        hops = [t.link(a, b) for a, b in itertools.pairwise(ring)]
+        if any(h is None or h.bandwidth is None for h in hops):
+            continue
+        value = min(h.bandwidth for h in hops if h is not None and h.bandwidth is not None)
+        best = value if best is None or value > best else best
+    return best
+
+
+@given(_topologies(max_minor=6), st.lists(st.integers(0, 6), min_size=3, max_size=7, unique=True))
+def test_ring_bandwidth_matches_every_ring(t: GPUTopology, minors: list[int]) -> None:
+    assert ring_bandwidth(t, minors) == _brute_ring(t, sorted(minors))
+
+
+def test_ring_bandwidth_above_the_exact_limit_is_the_weakest_pair() -> None:
+    switch = GPUTopology(
+        tuple(nv(a, b, 18, switch=True) for a, b in itertools.combinations(range(12), 2))
+    )
+    got = ring_bandwidth(switch, range(12))
+    assert got is not None and got.canonical() == "450G"
+    one_pcie = GPUTopology((*switch.links[1:], pcie(0, 1, "Single")))
+    assert ring_bandwidth(one_pcie, range(12)) is None

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from apis.topology import connectivity
+from apis.topology import connectivity, ring_bandwidth
 from koordlet.devices.fake import FakeLibrary, FakeSpecError, load_fake_spec, parse_fake_spec
 from koordlet.devices.library import (
     GPU,
@@ -369,3 +369,24 @@ def test_connectivity_on_the_example_boxes(
     topology = FakeLibrary.from_file(REPO / "config" / "examples" / BOXES[box].example).discover()
     got = connectivity(topology.topology, minors)
     assert (got.bottleneck, got.average) == expected
+
+
+@pytest.mark.parametrize(
+    ("box", "minors", "expected"),
+    [
+        ("h100-nvswitch", (0, 1, 2, 3, 4, 5, 6, 7), "450G"),
+        ("a100-nvlink-pairs", (0, 1), "300G"),
+        ("a100-nvlink-pairs", (0, 1, 2, 3), None),
+        ("v100-cube-mesh", (0, 3), "50G"),
+        ("v100-cube-mesh", (0, 1, 2, 3), "25G"),
+        ("t4-pcie", (0, 1), None),
+    ],
+    ids=lambda v: "-".join(map(str, v)) if isinstance(v, tuple) else str(v),
+)
+def test_ring_bandwidth_on_the_example_boxes(
+    box: str, minors: tuple[int, ...], expected: str | None
+) -> None:
+    """The figures of docs/device-topology.md."""
+    found = FakeLibrary.from_file(REPO / "config" / "examples" / BOXES[box].example).discover()
+    got = ring_bandwidth(found.topology, minors)
+    assert (None if got is None else got.canonical()) == expected
