@@ -2,9 +2,10 @@
 
 Role: the wire form of what the node agent discovers about GPU-to-GPU links (NVLink peers,
 NVSwitch, the PCIe common ancestor of every pair), its decoder into frozen records the
-scheduler can query cheaply (``GPUTopology.link(a, b)``), and the pure scoring functions that
-rank a *set* of cards by how well they are connected (``connectivity``,
-``connectivity_score``). Format and rules: ``docs/device-topology.md``.
+scheduler can query cheaply (``GPUTopology.link(a, b)``), and the pure functions that rank a
+*set* of cards by how well they are connected (``connectivity``, ``connectivity_score``) and
+give its best-ring bandwidth (``ring_bandwidth``, Koordinator's ``ringBusBandwidth``). Format
+and rules: ``docs/device-topology.md``.
 
 Wire format (JSON; keys in this order, Go ``json.Marshal`` style, no blanks)::
 
