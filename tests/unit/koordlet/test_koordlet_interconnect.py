@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from apis.topology import GPULink
 from koordlet.devices.interconnect import CardLinks, build_topology
@@ -82,3 +84,37 @@ def test_pairs_without_nvlink() -> None:
     ]  # (0, 2): different switches and no level known -> unknown, left out
     assert build_topology((), {}, {}) == build_topology((3,), {}, {})
     assert not build_topology((3,), {}, {})
+
+
+_counts = st.dictionaries(st.integers(0, 5), st.integers(1, 18), max_size=4)
+_switches = st.dictionaries(st.sampled_from(["s0", "s1", "s2"]), st.integers(1, 6), max_size=3)
+
+
+@st.composite
+def _cards(draw: st.DrawFn) -> dict[int, CardLinks]:
+    out = {}
+    for m in draw(st.lists(st.integers(0, 5), unique=True, max_size=6)):
+        peers = {p: n for p, n in draw(_counts).items() if p != m}
+        version = draw(st.none() | st.integers(1, 6))
+        out[m] = CardLinks(m, peers, draw(_switches), version)
+    return out
+
+
+@given(_cards(), st.permutations(list(range(6))))
+def test_pairs_do_not_depend_on_order_or_on_which_side_reported(
+    cards: dict[int, CardLinks], order: list[int]
+) -> None:
+    t = build_topology(order, cards, {})
+    assert build_topology(sorted(order), dict(reversed(cards.items())), {}) == t
+    for link in t.links:
+        a, b = link.minors
+        ca, cb = cards.get(a), cards.get(b)
+        direct = max(ca.peers.get(b, 0) if ca else 0, cb.peers.get(a, 0) if cb else 0)
+        assert link.nvlinks >= direct > 0 or link.nvswitch
+        assert link.nvswitch == bool(ca and cb and set(ca.switches) & set(cb.switches))
+    # A card that lost its own reports keeps the links its peers saw.
+    for m, card in cards.items():
+        blind = {**cards, m: CardLinks(m, {}, card.switches, card.version)}
+        for p, n in card.peers.items():
+            if p in cards and cards[p].peers.get(m, 0) >= n:
+                assert build_topology(order, blind, {}).link(m, p) == t.link(m, p)
