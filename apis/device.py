@@ -28,9 +28,11 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from apis.quantity import Quantity, QuantityError, int_value
+from apis.topology import ANNOTATION_GPU_TOPOLOGY, GPUTopology
 
 __all__ = [
     "ANNOTATION_DEVICES_CHECKPOINTS",
+    "ANNOTATION_GPU_TOPOLOGY",
     "API_VERSION",
     "CONDITION_HEALTHY",
     "GPU_ISOLATION_PROVIDER_HAMI_CORE",
@@ -429,6 +431,12 @@ class Device:
     def devices_of_type(self, device_type: str) -> tuple[DeviceInfo, ...]:
         """The devices of one type (``gpu``, ``rdma``, ``fpga``), in CR order."""
         return tuple(d for d in self.devices if d.type == device_type)
+
+    def gpu_topology(self) -> GPUTopology:
+        """The node's GPU interconnect (annotation ``scheduling.koordinator.sh/gpu-topology``,
+        ``apis.topology``); empty when absent. Raises ``TopologyDecodeError`` when malformed."""
+        text = self.annotations.get(ANNOTATION_GPU_TOPOLOGY)
+        return GPUTopology() if text is None else GPUTopology.decode(text)
 
     @classmethod
     def from_dict(cls, obj: Mapping[str, Any]) -> Device:

@@ -79,6 +79,7 @@ class NodeInventory:
             gpus=self.discovery.gpus,
             health=self.tracker.snapshot(),
             driver_version=self.discovery.driver_version,
+            topology=self.discovery.topology,
         )
 
     def close(self) -> None:

@@ -18,6 +18,9 @@ Invariants (Koordinator's ``koordlet/statesinformer/impl/states_device_linux.go`
   without a ``device-allocated`` annotation; when the node's pods are known, entries of pods
   that are gone are dropped; when they are not known (``pods=None``), every GPU entry is kept.
   No entries, no annotation.
+- The ``scheduling.koordinator.sh/gpu-topology`` annotation (``apis.topology``) carries the
+  discovered GPU interconnect, encoded deterministically so an unchanged topology never
+  causes a write; no known pair, no annotation.
 - Node totals: per device type present on the node, the sum of its *healthy* devices'
   resources (100 x healthy GPUs for gpu-core and gpu-memory-ratio, their memory for
   gpu-memory; rdma and fpga likewise); a type without devices is not advertised.
@@ -58,6 +61,7 @@ from apis.resources import (
     GPU_MEMORY_RATIO,
     RDMA,
 )
+from apis.topology import ANNOTATION_GPU_TOPOLOGY, GPUTopology
 from koordlet.devices.library import GPU, HEALTHY, Health
 
 __all__ = [
@@ -89,7 +93,7 @@ _TYPE_RESOURCES: Final[Mapping[str, tuple[str, ...]]] = {
 }
 MANAGED_NODE_RESOURCES: Final = tuple(n for ns in _TYPE_RESOURCES.values() for n in ns)
 OWNED_LABELS: Final = (LABEL_GPU_VENDOR, LABEL_GPU_MODEL, LABEL_GPU_DRIVER_VERSION)
-OWNED_ANNOTATIONS: Final = (ANNOTATION_DEVICES_CHECKPOINTS,)
+OWNED_ANNOTATIONS: Final = (ANNOTATION_DEVICES_CHECKPOINTS, ANNOTATION_GPU_TOPOLOGY)
 _BINARY_RESOURCES: Final = frozenset({GPU_MEMORY})
 _STATUS_TRUE: Final = "True"
 _STATUS_FALSE: Final = "False"
@@ -97,11 +101,13 @@ _STATUS_FALSE: Final = "False"
 
 @dataclass(frozen=True, slots=True)
 class Inventory:
-    """The node's cards and their current health (uuid -> Health; absent = healthy)."""
+    """The node's cards, their current health (uuid -> Health; absent = healthy) and how
+    they are connected."""
 
     gpus: tuple[GPU, ...] = ()
     health: Mapping[str, Health] = field(default_factory=dict)
     driver_version: str = ""
+    topology: GPUTopology = field(default_factory=GPUTopology)
 
     def health_of(self, uuid: str) -> Health:
         return self.health.get(uuid, HEALTHY)
@@ -224,6 +230,8 @@ def desired_device(
     annotations = (
         {ANNOTATION_DEVICES_CHECKPOINTS: encode_devices_checkpoints(published)} if published else {}
     )
+    if inventory.topology:
+        annotations[ANNOTATION_GPU_TOPOLOGY] = inventory.topology.encode()
     owners = (node_owner_reference(node_name, node_uid),) if node_uid else ()
     return Device(
         name=node_name,

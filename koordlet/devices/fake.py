@@ -18,6 +18,17 @@ File format (every key but ``gpus[].uuid`` and ``gpus[].minor`` optional)::
       pcieRoot: pci0000:00
       memoryUsed: 1Gi                      # for metrics
       utilization: 0.25                    # 0.0 to 1.0, for metrics
+      pcieSwitches: [sw0]                  # PCIe switches above the card, outermost first
+      nvlink:                              # absent: no NVLink (as NVML's NOT_SUPPORTED)
+        version: 3                         # NVLink version (1-5) -> per-link bandwidth
+        peers: {1: 12}                     # peer GPU minor -> direct links
+        switches: {nvswitch0: 2}           # NVSwitch name -> links
+
+Topology (``Discovery.topology``, rules in ``koordlet.devices.interconnect``): NVLink from the
+``nvlink`` blocks; the common ancestor of a pair as NVML would report it from the PCIe path:
+the same last ``pcieSwitches`` entry -> Single, any shared switch -> Multiple, the same
+``pcieRoot`` -> HostBridge, the same ``numaNode`` -> Node, both NUMA nodes known -> System,
+else unknown. Examples of whole boxes: ``config/examples/fake-gpus-*.yaml``.
 
 Health file: a mapping from a card's uuid (or its minor, as a string) to
 ``{healthy: false, reason: Xid79, message: ..., lost: false}``; cards not listed are healthy;
@@ -44,6 +55,15 @@ import structlog
 import yaml
 
 from apis.quantity import Quantity, QuantityError, int_value
+from apis.topology import (
+    ANCESTOR_HOSTBRIDGE,
+    ANCESTOR_MULTIPLE,
+    ANCESTOR_NODE,
+    ANCESTOR_SINGLE,
+    ANCESTOR_SYSTEM,
+    GPUTopology,
+)
+from koordlet.devices.interconnect import CardLinks, build_topology
 from koordlet.devices.library import (
     GPU,
     HEALTHY,
@@ -81,6 +101,8 @@ class FakeGPU:
     gpu: GPU
     memory_used: int = 0
     utilization: float | None = None
+    pcie_switches: tuple[str, ...] = ()
+    nvlink: CardLinks | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +112,29 @@ class FakeSpec:
     driver_version: str
     gpus: tuple[FakeGPU, ...]
     health_file: Path | None = None
+
+    def topology(self) -> GPUTopology:
+        """The cards' interconnect (see the module docstring)."""
+        ancestors = {
+            (a.gpu.minor, b.gpu.minor): level
+            for i, a in enumerate(self.gpus)
+            for b in self.gpus[i + 1 :]
+            if (level := _ancestor(a, b))
+        }
+        cards = {g.gpu.minor: g.nvlink for g in self.gpus if g.nvlink is not None}
+        return build_topology((g.gpu.minor for g in self.gpus), cards, ancestors)
+
+
+def _ancestor(a: FakeGPU, b: FakeGPU) -> str:
+    if a.pcie_switches and b.pcie_switches and a.pcie_switches[-1] == b.pcie_switches[-1]:
+        return ANCESTOR_SINGLE
+    if set(a.pcie_switches) & set(b.pcie_switches):
+        return ANCESTOR_MULTIPLE
+    if a.gpu.pcie_root and a.gpu.pcie_root == b.gpu.pcie_root:
+        return ANCESTOR_HOSTBRIDGE
+    if a.gpu.numa_node is None or b.gpu.numa_node is None:
+        return ""
+    return ANCESTOR_NODE if a.gpu.numa_node == b.gpu.numa_node else ANCESTOR_SYSTEM
 
 
 def _fail(path: str, reason: str) -> FakeSpecError:
@@ -163,6 +208,57 @@ def _gpu(obj: object, index: int) -> FakeGPU:
         gpu=gpu,
         memory_used=_bytes(obj, "memoryUsed", path),
         utilization=None if utilization is None else float(utilization),
+        pcie_switches=_names(obj.get("pcieSwitches"), f"{path}.pcieSwitches"),
+        nvlink=_nvlink(obj.get("nvlink"), minor, f"{path}.nvlink"),
+    )
+
+
+def _names(v: object, path: str) -> tuple[str, ...]:
+    if v is None:
+        return ()
+    if not isinstance(v, list) or not all(isinstance(n, str) and n for n in v):
+        raise _fail(path, f"expected a list of names, got {v!r}")
+    return tuple(v)
+
+
+def _link_counts(v: object, path: str, key: Callable[[object], Any]) -> dict[Any, int]:
+    if v is None:
+        return {}
+    if not isinstance(v, Mapping):
+        raise _fail(path, f"expected a mapping, got {v!r}")
+    out: dict[Any, int] = {}
+    for k, n in v.items():
+        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+            raise _fail(f"{path}[{k!r}]", f"expected a positive number of links, got {n!r}")
+        try:
+            out[key(k)] = n
+        except ValueError as exc:
+            raise _fail(path, str(exc)) from None
+    return out
+
+
+def _peer(k: object) -> int:
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise ValueError(f"expected a GPU minor, got {k!r}")
+    return k
+
+
+def _nvlink(v: object, minor: int, path: str) -> CardLinks | None:
+    if v is None:
+        return None
+    if not isinstance(v, Mapping):
+        raise _fail(path, "expected a mapping")
+    peers = _link_counts(v.get("peers"), f"{path}.peers", _peer)
+    if minor in peers:
+        raise _fail(f"{path}.peers", f"a card cannot link to itself ({minor})")
+    version = _int(v, "version", path)
+    if version is not None and version <= 0:
+        raise _fail(f"{path}.version", f"must be positive, got {version}")
+    return CardLinks(
+        minor=minor,
+        peers=peers,
+        switches=_link_counts(v.get("switches"), f"{path}.switches", str),
+        version=version,
     )
 
 
@@ -186,6 +282,10 @@ def parse_fake_spec(doc: object, base_dir: Path, source: str = "<fake gpus>") ->
                 raise _fail(f"gpus[{i}].minor", f"duplicate {g.gpu.minor}")
             seen_uuid.add(g.gpu.uuid)
             seen_minor.add(g.gpu.minor)
+        for i, g in enumerate(gpus):
+            for peer in g.nvlink.peers if g.nvlink is not None else ():
+                if peer not in seen_minor:
+                    raise _fail(f"gpus[{i}].nvlink.peers", f"no gpu with minor {peer}")
         health_file = _opt_str(doc, "healthFile", "")
         return FakeSpec(
             driver_version=_opt_str(doc, "driverVersion", ""),
@@ -304,6 +404,7 @@ class FakeLibrary:
             driver_version=self._spec.driver_version,
             gpus=tuple(g.gpu for g in self._spec.gpus),
             health=health,
+            topology=self._spec.topology(),
         )
 
     def _lost(self, gpu: GPU) -> bool:

@@ -7,6 +7,8 @@ facts: NVML on a real node (``koordlet.devices.nvml``), a YAML description other
 Invariants:
 
 - Records are frozen; ``GPU.uuid`` identifies a card everywhere (health, metrics, the CR).
+- ``discover()`` never raises for what it cannot read: a card that cannot be identified is
+  left out, a topology query that fails leaves those pairs out (``Discovery.topology``).
 - ``init()`` returning False means "this node has no such library": the agent then reports
   no devices and keeps running. Every other method is called only after ``init()`` returned
   True and before ``shutdown()``.
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from apis.device import gpu_model_name
+from apis.topology import GPUTopology
 
 __all__ = [
     "GPU",
@@ -99,11 +102,14 @@ class HealthEvent:
 
 @dataclass(frozen=True, slots=True)
 class Discovery:
-    """What ``discover()`` found: the driver, the cards, and cards already found unhealthy."""
+    """What ``discover()`` found: the driver, the cards, cards already found unhealthy, and
+    how the cards are connected (NVLink, NVSwitch, PCIe levels; keyed by minor, static for the
+    agent's life; empty when the library cannot tell)."""
 
     driver_version: str = ""
     gpus: tuple[GPU, ...] = ()
     health: Mapping[str, Health] = field(default_factory=dict)
+    topology: GPUTopology = field(default_factory=GPUTopology)
 
 
 class DeviceQueryError(Exception):

@@ -17,21 +17,41 @@ Invariants:
   ignored (``koordlet.devices.health.APPLICATION_XIDS``); an event whose card cannot be told,
   or a failing wait, affects every card (NVIDIA's device plugin does the same). Registration
   unsupported on every card means no watcher: logged once, the agent keeps running.
+- Topology (``Discovery.topology``): every NVLink port of every card is read
+  (``nvmlDeviceGetNvLinkState``, ``nvmlDeviceGetNvLinkRemotePciInfo``; the remote is a GPU of
+  this node by bus id, an NVSwitch by ``nvmlDeviceGetNvLinkRemoteDeviceType`` or, on drivers
+  without it, by the NVSwitch PCI device ids), plus ``nvmlDeviceGetTopologyCommonAncestor``
+  for every pair; ``koordlet.devices.interconnect`` turns that into pairs. A card answering
+  ``NVML_ERROR_NOT_SUPPORTED`` on its first port has no NVLink (one log line for all such
+  cards); any other failed query leaves what it would have told out (logged); topology never
+  makes discovery fail.
 - Bus ids use NVML's ``busId`` (``00000000:3B:00.0``; ``busIdLegacy`` as a fallback)
   normalized to the sysfs form ``0000:3b:00.0``.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
-from typing import Any
+from collections import Counter
+from typing import Any, Final
 
 import pynvml
 import structlog
 
+from apis.topology import (
+    ANCESTOR_HOSTBRIDGE,
+    ANCESTOR_INTERNAL,
+    ANCESTOR_MULTIPLE,
+    ANCESTOR_NODE,
+    ANCESTOR_SINGLE,
+    ANCESTOR_SYSTEM,
+    GPUTopology,
+)
 from koordlet.devices import sysfs
 from koordlet.devices.health import xid_health
+from koordlet.devices.interconnect import CardLinks, build_topology
 from koordlet.devices.library import (
     GPU,
     HEALTHY,
@@ -48,6 +68,18 @@ __all__ = ["NvmlLibrary"]
 log = structlog.get_logger("koordlet.nvml")
 
 _REASON_EVENTS_FAILED = "HealthCheckFailed"
+
+_ANCESTORS: Final = {
+    pynvml.NVML_TOPOLOGY_INTERNAL: ANCESTOR_INTERNAL,
+    pynvml.NVML_TOPOLOGY_SINGLE: ANCESTOR_SINGLE,
+    pynvml.NVML_TOPOLOGY_MULTIPLE: ANCESTOR_MULTIPLE,
+    pynvml.NVML_TOPOLOGY_HOSTBRIDGE: ANCESTOR_HOSTBRIDGE,
+    pynvml.NVML_TOPOLOGY_NODE: ANCESTOR_NODE,
+    pynvml.NVML_TOPOLOGY_SYSTEM: ANCESTOR_SYSTEM,
+}
+_NVIDIA_VENDOR_ID: Final = 0x10DE
+_NVSWITCH_DEVICE_IDS: Final = frozenset({0x1AC0, 0x1AC1, 0x1AC2, 0x1AF1, 0x22A3})
+"""PCI device ids of NVSwitch generations 1 (DGX-2), 2 (A100 HGX) and 3 (H100 HGX)."""
 
 
 def _text(value: object) -> str:
@@ -126,7 +158,12 @@ class NvmlLibrary:
                     health[gpu.uuid] = gpu_health
         gpus.sort(key=lambda g: (g.minor, g.index))
         log.info("gpus discovered", count=len(gpus), driver_version=driver)
-        return Discovery(driver_version=driver, gpus=tuple(gpus), health=health)
+        try:
+            topology = self._discover_topology(tuple(gpus))
+        except Exception as exc:  # a bug or an odd binding must not cost the node its GPUs
+            log.error("gpu topology discovery failed: no topology reported", error=repr(exc))
+            topology = GPUTopology()
+        return Discovery(driver_version=driver, gpus=tuple(gpus), health=health, topology=topology)
 
     def _discover_one(self, index: int) -> tuple[GPU, Health] | None:
         try:
@@ -168,6 +205,104 @@ class NvmlLibrary:
             index=index,
         )
         return gpu, health
+
+    # -- topology -----------------------------------------------------------------------------
+
+    def _discover_topology(self, gpus: tuple[GPU, ...]) -> GPUTopology:
+        handles: dict[int, Any] = {}
+        for gpu in gpus:
+            try:
+                handles[gpu.minor] = pynvml.nvmlDeviceGetHandleByIndex(gpu.index)
+            except pynvml.NVMLError as exc:
+                log.warning("gpu left out of the topology", minor=gpu.minor, error=str(exc))
+        by_bus = {g.bus_id: g.minor for g in gpus if g.bus_id and g.minor in handles}
+        cards: dict[int, CardLinks] = {}
+        without: list[int] = []
+        for minor, handle in handles.items():
+            links = self._card_links(minor, handle, by_bus)
+            if links is None:
+                without.append(minor)
+            else:
+                cards[minor] = links
+        if without:
+            log.info("NVLink not supported: PCIe only", minors=sorted(without))
+        topology = build_topology(handles, cards, self._ancestors(handles))
+        nvlink_pairs = sum(1 for link in topology.links if link.is_nvlink)
+        log.info("gpu topology discovered", pairs=len(topology.links), nvlink_pairs=nvlink_pairs)
+        return topology
+
+    def _card_links(self, minor: int, handle: Any, by_bus: dict[str, int]) -> CardLinks | None:
+        """The card's active NVLink ports by remote end; None when it has no NVLink."""
+        peers: Counter[int] = Counter()
+        switches: Counter[str] = Counter()
+        version: int | None = None
+        failures: list[str] = []
+        for port in range(pynvml.NVML_NVLINK_MAX_LINKS):
+            try:
+                if pynvml.nvmlDeviceGetNvLinkState(handle, port) != pynvml.NVML_FEATURE_ENABLED:
+                    continue
+                remote = pynvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, port)
+            except pynvml.NVMLError as exc:
+                code = _error_code(exc)
+                if code == pynvml.NVML_ERROR_NOT_SUPPORTED and port == 0:
+                    return None
+                if code not in (
+                    pynvml.NVML_ERROR_NOT_SUPPORTED,
+                    pynvml.NVML_ERROR_INVALID_ARGUMENT,
+                ):
+                    failures.append(f"port {port}: {exc}")
+                continue  # NOT_SUPPORTED / INVALID_ARGUMENT: past the card's last port
+            bus = sysfs.normalize_bus_id(_text(remote.busId)) or sysfs.normalize_bus_id(
+                _text(remote.busIdLegacy)
+            )
+            if bus in by_bus:
+                peers[by_bus[bus]] += 1
+            elif self._is_switch(handle, port, remote):
+                switches[bus] += 1
+            else:
+                continue  # a CPU (IBM NPU) or a GPU this node does not show: not a GPU pair
+            if version is None:
+                try:
+                    version = int(pynvml.nvmlDeviceGetNvLinkVersion(handle, port))
+                except pynvml.NVMLError as exc:
+                    failures.append(f"port {port} version: {exc}")
+        if failures:
+            log.warning("some NVLink ports could not be read", minor=minor, errors=failures)
+        return CardLinks(minor=minor, peers=dict(peers), switches=dict(switches), version=version)
+
+    @staticmethod
+    def _is_switch(handle: Any, port: int, remote: Any) -> bool:
+        try:
+            kind = pynvml.nvmlDeviceGetNvLinkRemoteDeviceType(handle, port)
+        except pynvml.NVMLError:  # drivers before R450: tell by the PCI device id
+            pci_id = int(remote.pciDeviceId)
+            return pci_id & 0xFFFF == _NVIDIA_VENDOR_ID and pci_id >> 16 in _NVSWITCH_DEVICE_IDS
+        return bool(kind == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH)
+
+    @staticmethod
+    def _ancestors(handles: dict[int, Any]) -> dict[tuple[int, int], str]:
+        out: dict[tuple[int, int], str] = {}
+        unsupported = 0
+        failures: list[str] = []
+        for (a, ha), (b, hb) in itertools.combinations(sorted(handles.items()), 2):
+            try:
+                level = int(pynvml.nvmlDeviceGetTopologyCommonAncestor(ha, hb))
+            except pynvml.NVMLError as exc:
+                if _error_code(exc) == pynvml.NVML_ERROR_NOT_SUPPORTED:
+                    unsupported += 1
+                else:
+                    failures.append(f"{a}-{b}: {exc}")
+                continue
+            name = _ANCESTORS.get(level)
+            if name is None:
+                failures.append(f"{a}-{b}: unknown level {level}")
+            else:
+                out[(a, b)] = name
+        if unsupported:
+            log.info("gpu common ancestors not supported", pairs=unsupported)
+        if failures:
+            log.warning("some gpu common ancestors could not be read", errors=failures)
+        return out
 
     # -- live queries -------------------------------------------------------------------------
 

@@ -7,6 +7,12 @@ real record types (``nvmlPciInfo_t``, ``c_nvmlMemory_t``, ``c_nvmlUtilization_t`
 ``c_nvmlEventData_t``, ``c_nvmlDevice_t`` handles) and NVML's real exception classes
 (``pynvml.NVMLError(code)`` builds the ``NVMLError_<Name>`` subclass, as ``_nvmlCheckReturn``
 does).
+
+Interconnect: each ``Card`` lists its NVLink ports (``Port``: the remote's NVML bus id, what it
+is, whether the link is up) and its PCIe path (``pcie_switches``, outermost first, under
+``root`` on NUMA node ``numa``), from which the host answers ``nvmlDeviceGetNvLink*`` and
+``nvmlDeviceGetTopologyCommonAncestor`` the way NVML does. ``*_cards()`` build the four boxes
+of ``docs/device-topology.md`` (the same boxes as ``config/examples/fake-gpus-*.yaml``).
 """
 
 from __future__ import annotations
@@ -26,6 +32,22 @@ A100 = "NVIDIA A100-SXM4-80GB"
 A100_BYTES = 80 * 1024**3
 FULL_INSTANCE = 0xFFFFFFFF
 _HANDLE_BASE = 0x1000
+GPU_PCI_ID = 0x20B210DE
+NVSWITCH_PCI_ID = 0x22A310DE  # NVSwitch gen 3 (HGX H100)
+REMOTE_TYPES = {
+    "gpu": pynvml.NVML_NVLINK_DEVICE_TYPE_GPU,
+    "switch": pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH,
+    "npu": pynvml.NVML_NVLINK_DEVICE_TYPE_IBMNPU,
+}
+
+
+@dataclass(frozen=True)
+class Port:
+    """One NVLink port: the remote end's NVML bus id and kind (gpu | switch | npu)."""
+
+    remote: str
+    kind: str = "gpu"
+    active: bool = True
 
 
 @dataclass
@@ -44,6 +66,10 @@ class Card:
     failing: set[str] = field(default_factory=set)  # pynvml function names that fail
     events_supported: bool = True
     util_supported: bool = True
+    ports: list[Port] = field(default_factory=list)  # NVLink ports in port order
+    nvlink_supported: bool = True  # False: NOT_SUPPORTED on port 0 (no NVLink on the card)
+    nvlink_version: int = 3
+    pcie_switches: tuple[str, ...] = ()  # PCIe switches above the card, outermost first
 
     @property
     def sysfs_bus_id(self) -> str:
@@ -77,6 +103,121 @@ def dgx_cards() -> list[Card]:
     ]
 
 
+def _bus(bus: str) -> str:
+    return f"00000000:{bus}:00.0"
+
+
+def _switch_ports(switches: list[tuple[str, int]]) -> list[Port]:
+    return [Port(_bus(bus), "switch") for bus, n in switches for _ in range(n)]
+
+
+def h100_nvswitch_cards() -> list[Card]:
+    """HGX H100 8-GPU: 18 NVLink 4 ports per card to four NVSwitches (5, 4, 4, 5 links);
+    two cards per PCIe switch, two switches per socket, each switch on its own root complex."""
+    switches = [("E1", 5), ("E2", 4), ("E3", 4), ("E4", 5)]
+    layout = [("1B", 0, "pci0000:1a"), ("1C", 0, "pci0000:1a"), ("3B", 0, "pci0000:3a")]
+    layout += [("3C", 0, "pci0000:3a"), ("9B", 1, "pci0000:9a"), ("9C", 1, "pci0000:9a")]
+    layout += [("BB", 1, "pci0000:ba"), ("BC", 1, "pci0000:ba")]
+    return [
+        Card(
+            uuid=f"GPU-{i:08x}-1111-2222-3333-{i:012x}",
+            minor=i,
+            bus_id=_bus(bus),
+            numa=numa,
+            root=root,
+            name="NVIDIA H100 80GB HBM3",
+            ports=_switch_ports(switches),
+            nvlink_version=4,
+            pcie_switches=(f"sw{i // 2}",),
+        )
+        for i, (bus, numa, root) in enumerate(layout)
+    ]
+
+
+def a100_nvlink_pairs_cards() -> list[Card]:
+    """8 x A100 80GB PCIe, each pair under one PCIe switch joined by three NVLink bridges
+    (12 NVLink 3 links); two switches per socket; minors not in index order."""
+    layout = [  # bus, numa, root, minor
+        ("17", 0, "pci0000:16", 1),
+        ("18", 0, "pci0000:16", 0),
+        ("31", 0, "pci0000:30", 2),
+        ("32", 0, "pci0000:30", 3),
+        ("98", 1, "pci0000:97", 5),
+        ("99", 1, "pci0000:97", 4),
+        ("B1", 1, "pci0000:b0", 6),
+        ("B2", 1, "pci0000:b0", 7),
+    ]
+    cards = []
+    for i, (bus, numa, root, _minor) in enumerate(layout):
+        peer = layout[i ^ 1][0]
+        cards.append(
+            Card(
+                uuid=f"GPU-{i:08x}-4444-5555-6666-{i:012x}",
+                minor=_minor,
+                bus_id=_bus(bus),
+                numa=numa,
+                root=root,
+                name="NVIDIA A100 80GB PCIe",
+                ports=[Port(_bus(peer)) for _ in range(12)],
+                pcie_switches=(f"sw{i // 2}",),
+            )
+        )
+    return cards
+
+
+def v100_cube_mesh_cards() -> list[Card]:
+    """4 x V100 SXM2: one quad of the DGX-1 hybrid cube mesh (as in AWS p3.8xlarge): six
+    NVLink 2 ports per card, 1 or 2 links to each peer, the ports towards the missing quad
+    down; cards (0, 1) and (2, 3) under two PCIe switches behind one upper switch."""
+    buses = ["15", "16", "3A", "3B"]
+    links = {(0, 1): 1, (0, 2): 1, (0, 3): 2, (1, 2): 2, (1, 3): 1, (2, 3): 2}
+    cards = []
+    for i, bus in enumerate(buses):
+        ports = [
+            Port(_bus(buses[b if a == i else a]))
+            for (a, b), n in links.items()
+            if i in (a, b)
+            for _ in range(n)
+        ]
+        ports += [Port(_bus("00"), active=False)] * (6 - len(ports))
+        cards.append(
+            Card(
+                uuid=f"GPU-{i:08x}-7777-8888-9999-{i:012x}",
+                minor=i,
+                bus_id=_bus(bus),
+                numa=0,
+                root="pci0000:00",
+                name="Tesla V100-SXM2-16GB",
+                total=16 * 1024**3,
+                ports=ports,
+                nvlink_version=2,
+                pcie_switches=("up0", f"sw{i // 2}"),
+            )
+        )
+    return cards
+
+
+def t4_pcie_cards() -> list[Card]:
+    """4 x T4 (no NVLink): cards 0 and 1 under one PCIe switch on socket 0; cards 2 and 3
+    straight on one root complex of socket 1."""
+    layout = [("18", 0, "pci0000:17", ("sw0",)), ("19", 0, "pci0000:17", ("sw0",))]
+    layout += [("86", 1, "pci0000:85", ()), ("87", 1, "pci0000:85", ())]
+    return [
+        Card(
+            uuid=f"GPU-{i:08x}-aaaa-0000-1111-{i:012x}",
+            minor=i,
+            bus_id=_bus(bus),
+            numa=numa,
+            root=root,
+            name="Tesla T4",
+            total=15 * 1024**3,
+            nvlink_supported=False,
+            pcie_switches=switches,
+        )
+        for i, (bus, numa, root, switches) in enumerate(layout)
+    ]
+
+
 def nvml_error(code: int) -> pynvml.NVMLError:
     """The exception NVML raises for ``code`` (e.g. ``NVMLError_GpuIsLost``)."""
     return pynvml.NVMLError(code)
@@ -92,6 +233,9 @@ class FakeNvmlHost:
         self.event_set_error: int | None = None
         self.wait_error: int | None = None
         self.uuid_error_on_event = False
+        self.remote_type_supported = True  # False: FUNCTION_NOT_FOUND, as on old drivers
+        self.ancestor_error: int | None = None  # e.g. NVML_ERROR_NOT_SUPPORTED for every pair
+        self.ancestor_level: int | None = None  # force this level for every pair
         self.calls: list[str] = []
         self.freed: list[Any] = []
         self.registered: list[tuple[int, int]] = []
@@ -125,6 +269,11 @@ class FakeNvmlHost:
             "nvmlDeviceRegisterEvents",
             "nvmlEventSetWait",
             "nvmlEventSetFree",
+            "nvmlDeviceGetNvLinkState",
+            "nvmlDeviceGetNvLinkRemotePciInfo",
+            "nvmlDeviceGetNvLinkRemoteDeviceType",
+            "nvmlDeviceGetNvLinkVersion",
+            "nvmlDeviceGetTopologyCommonAncestor",
         ):
             monkeypatch.setattr(pynvml, name, getattr(self, name))
         return self
@@ -249,6 +398,52 @@ class FakeNvmlHost:
 
     def nvmlEventSetFree(self, event_set: Any) -> None:
         self.freed.append(event_set)
+
+    def _port(self, handle: Any, port: int, fn: str) -> Port:
+        card = self._card(handle, fn)
+        if not card.nvlink_supported:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if not 0 <= port < len(card.ports):
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return card.ports[port]
+
+    def nvmlDeviceGetNvLinkState(self, handle: Any, port: int) -> int:
+        p = self._port(handle, port, "nvmlDeviceGetNvLinkState")
+        return pynvml.NVML_FEATURE_ENABLED if p.active else pynvml.NVML_FEATURE_DISABLED
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: Any, port: int) -> Any:
+        p = self._port(handle, port, "nvmlDeviceGetNvLinkRemotePciInfo")
+        info = pynvml.nvmlPciInfo_t()
+        info.busId = p.remote.encode()
+        info.busIdLegacy = p.remote[4:].encode()
+        info.pciDeviceId = NVSWITCH_PCI_ID if p.kind == "switch" else GPU_PCI_ID
+        return info
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: Any, port: int) -> int:
+        if not self.remote_type_supported:
+            raise nvml_error(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        return REMOTE_TYPES[self._port(handle, port, "nvmlDeviceGetNvLinkRemoteDeviceType").kind]
+
+    def nvmlDeviceGetNvLinkVersion(self, handle: Any, port: int) -> int:
+        self._port(handle, port, "nvmlDeviceGetNvLinkVersion")
+        return self._card(handle, "nvmlDeviceGetNvLinkVersion").nvlink_version
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, handle1: Any, handle2: Any) -> int:
+        a = self._card(handle1, "nvmlDeviceGetTopologyCommonAncestor")
+        b = self._card(handle2, "nvmlDeviceGetTopologyCommonAncestor")
+        if self.ancestor_error is not None:
+            raise nvml_error(self.ancestor_error)
+        if self.ancestor_level is not None:
+            return self.ancestor_level
+        if a.pcie_switches and a.pcie_switches[-1:] == b.pcie_switches[-1:]:
+            return pynvml.NVML_TOPOLOGY_SINGLE
+        if set(a.pcie_switches) & set(b.pcie_switches):
+            return pynvml.NVML_TOPOLOGY_MULTIPLE
+        if a.root == b.root:
+            return pynvml.NVML_TOPOLOGY_HOSTBRIDGE
+        if a.numa == b.numa:
+            return pynvml.NVML_TOPOLOGY_NODE
+        return pynvml.NVML_TOPOLOGY_SYSTEM
 
 
 def make_sysfs(root: Path, cards: list[Card], numa_override: dict[str, str] | None = None) -> Path:

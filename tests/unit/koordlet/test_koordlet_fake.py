@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
+from apis.topology import connectivity, ring_bandwidth
 from koordlet.devices.fake import FakeLibrary, FakeSpecError, load_fake_spec, parse_fake_spec
 from koordlet.devices.library import (
     GPU,
@@ -18,6 +19,7 @@ from koordlet.devices.library import (
     Health,
     HealthEvent,
 )
+from tests.unit.koordlet.topology_boxes import BOXES, render
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "config" / "examples" / "fake-gpus.yaml"
@@ -239,3 +241,152 @@ def test_close_wakes_a_waiter(lib: FakeLibrary) -> None:
     lib.close_health_events()
     assert lib.wait_health_event(5.0) is None  # returns at once: stopped
     lib.shutdown()
+
+
+# -- topology -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("box", sorted(BOXES))
+def test_example_boxes_describe_the_reference_topologies(box: str) -> None:
+    expected = BOXES[box]
+    found = FakeLibrary.from_file(REPO / "config" / "examples" / expected.example).discover()
+    assert len(found.gpus) == expected.count
+    links, pcie, bandwidth = render(found.topology, expected.count)
+    assert links == expected.links
+    assert pcie == expected.pcie
+    assert bandwidth == expected.bandwidth
+
+
+def test_example_boxes_match_the_fake_nvml_hosts() -> None:
+    """The YAML examples and the pynvml-level fakes describe the same cards."""
+    for box in BOXES.values():
+        spec = load_fake_spec(REPO / "config" / "examples" / box.example)
+        cards = sorted(box.cards(), key=lambda c: c.minor)
+        assert [(g.gpu.uuid, g.gpu.minor, g.gpu.bus_id, g.gpu.name) for g in spec.gpus] == [
+            (c.uuid, c.minor, c.sysfs_bus_id, c.name) for c in cards
+        ]
+
+
+def test_the_original_example_has_pcie_levels_only() -> None:
+    topology = FakeLibrary.from_file(EXAMPLE).discover().topology
+    assert [(link.minors, link.link_type, link.common_ancestor) for link in topology.links] == [
+        ((0, 1), "PCIe", "HostBridge"),
+        ((0, 2), "PCIe", "System"),
+        ((0, 3), "PCIe", "System"),
+        ((1, 2), "PCIe", "System"),
+        ((1, 3), "PCIe", "System"),
+        ((2, 3), "PCIe", "HostBridge"),
+    ]
+
+
+def test_unknown_numa_leaves_the_pair_unknown() -> None:
+    spec = parse_fake_spec(
+        {"gpus": [_gpu_doc(0, numaNode=0), _gpu_doc(1), _gpu_doc(2, numaNode=0)]}, Path(".")
+    )
+    assert [link.minors for link in spec.topology().links] == [(0, 2)]
+
+
+def test_asymmetric_and_unversioned_links() -> None:
+    spec = parse_fake_spec(
+        {
+            "gpus": [
+                _gpu_doc(0, nvlink={"peers": {1: 2}}),
+                _gpu_doc(1),
+                _gpu_doc(2, nvlink={"switches": {"sw": 1}, "version": 3}),
+                _gpu_doc(3, nvlink={"switches": {"other": 6}, "version": 3}),
+            ]
+        },
+        Path("."),
+    )
+    t = spec.topology()
+    link = t.link(1, 0)
+    assert link is not None and (link.nvlinks, link.bandwidth) == (2, None)
+    assert t.link(2, 3) is None  # two switches that share no card: not assumed connected
+
+
+@pytest.mark.parametrize(
+    ("gpu", "message"),
+    [
+        (_gpu_doc(0, pcieSwitches="sw0"), "gpus[0].pcieSwitches: expected a list of names"),
+        (_gpu_doc(0, pcieSwitches=[""]), "gpus[0].pcieSwitches: expected a list of names"),
+        (_gpu_doc(0, nvlink=[1]), "gpus[0].nvlink: expected a mapping"),
+        (_gpu_doc(0, nvlink={"peers": [1]}), "gpus[0].nvlink.peers: expected a mapping"),
+        (_gpu_doc(0, nvlink={"peers": {"x": 1}}), "gpus[0].nvlink.peers: expected a GPU minor"),
+        (_gpu_doc(0, nvlink={"peers": {1: 0}}), "gpus[0].nvlink.peers[1]: expected a positive"),
+        (_gpu_doc(0, nvlink={"peers": {0: 1}}), "gpus[0].nvlink.peers: a card cannot link to it"),
+        (_gpu_doc(0, nvlink={"peers": {7: 1}}), "gpus[0].nvlink.peers: no gpu with minor 7"),
+        (
+            _gpu_doc(0, nvlink={"switches": {"sw": True}}),
+            "gpus[0].nvlink.switches['sw']: expected a positive",
+        ),
+        (_gpu_doc(0, nvlink={"version": 0}), "gpus[0].nvlink.version: must be positive"),
+        (_gpu_doc(0, nvlink={"version": "4"}), "gpus[0].nvlink.version: expected an integer"),
+    ],
+    ids=[
+        "switches-string",
+        "switches-empty-name",
+        "nvlink-list",
+        "peers-list",
+        "peer-not-minor",
+        "zero-links",
+        "self-link",
+        "unknown-peer",
+        "bool-links",
+        "zero-version",
+        "string-version",
+    ],
+)
+def test_topology_validation_errors(gpu: dict[str, Any], message: str) -> None:
+    with pytest.raises(FakeSpecError) as err:
+        parse_fake_spec({"gpus": [gpu, _gpu_doc(1)]}, Path("."), "f.yaml")
+    assert str(err.value).startswith(f"f.yaml: {message}")
+
+
+@pytest.mark.parametrize(
+    ("box", "minors", "expected"),
+    [
+        ("h100-nvswitch", (0, 7), (100, 100)),
+        ("h100-nvswitch", (0, 1, 2, 3, 4, 5, 6, 7), (100, 100)),
+        ("a100-nvlink-pairs", (0, 1), (90, 90)),
+        ("a100-nvlink-pairs", (0, 2), (20, 20)),
+        ("a100-nvlink-pairs", (0, 1, 2, 3), (20, 43)),
+        ("a100-nvlink-pairs", (0, 1, 4, 5), (10, 36)),
+        ("a100-nvlink-pairs", (0, 2, 3, 4), (10, 26)),
+        ("a100-nvlink-pairs", (0, 2, 4, 6), (10, 13)),
+        ("v100-cube-mesh", (0, 3), (73, 73)),
+        ("v100-cube-mesh", (0, 1), (71, 71)),
+        ("v100-cube-mesh", (0, 1, 2, 3), (71, 72)),
+        ("t4-pcie", (0, 1), (50, 50)),
+        ("t4-pcie", (2, 3), (30, 30)),
+        ("t4-pcie", (0, 2), (10, 10)),
+    ],
+    ids=lambda v: "-".join(map(str, v)) if isinstance(v, tuple) else str(v),
+)
+def test_connectivity_on_the_example_boxes(
+    box: str, minors: tuple[int, ...], expected: tuple[int, int]
+) -> None:
+    """The figures of docs/device-topology.md."""
+    topology = FakeLibrary.from_file(REPO / "config" / "examples" / BOXES[box].example).discover()
+    got = connectivity(topology.topology, minors)
+    assert (got.bottleneck, got.average) == expected
+
+
+@pytest.mark.parametrize(
+    ("box", "minors", "expected"),
+    [
+        ("h100-nvswitch", (0, 1, 2, 3, 4, 5, 6, 7), "450G"),
+        ("a100-nvlink-pairs", (0, 1), "300G"),
+        ("a100-nvlink-pairs", (0, 1, 2, 3), None),
+        ("v100-cube-mesh", (0, 3), "50G"),
+        ("v100-cube-mesh", (0, 1, 2, 3), "25G"),
+        ("t4-pcie", (0, 1), None),
+    ],
+    ids=lambda v: "-".join(map(str, v)) if isinstance(v, tuple) else str(v),
+)
+def test_ring_bandwidth_on_the_example_boxes(
+    box: str, minors: tuple[int, ...], expected: str | None
+) -> None:
+    """The figures of docs/device-topology.md."""
+    found = FakeLibrary.from_file(REPO / "config" / "examples" / BOXES[box].example).discover()
+    got = ring_bandwidth(found.topology, minors)
+    assert (None if got is None else got.canonical()) == expected

@@ -20,7 +20,15 @@ from koordlet.devices.library import (
     HealthEvent,
 )
 from koordlet.devices.nvml import NvmlLibrary
-from tests.unit.koordlet.fake_nvml import A100_BYTES, DRIVER, FakeNvmlHost, make_sysfs
+from tests.unit.koordlet.fake_nvml import (
+    A100_BYTES,
+    DRIVER,
+    FakeNvmlHost,
+    Port,
+    make_sysfs,
+    v100_cube_mesh_cards,
+)
+from tests.unit.koordlet.topology_boxes import BOXES, render
 
 
 @pytest.fixture
@@ -325,3 +333,120 @@ def test_real_nvml_on_this_host() -> None:
             assert event is None or isinstance(event, HealthEvent)
     finally:
         nvml.shutdown()
+
+
+# -- topology -----------------------------------------------------------------------------------
+
+
+def _box_lib(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, box: str
+) -> tuple[FakeNvmlHost, NvmlLibrary]:
+    host = FakeNvmlHost(BOXES[box].cards()).install(monkeypatch)
+    nvml = NvmlLibrary(sysfs_root=make_sysfs(tmp_path / "sys", host.cards))
+    assert nvml.init()
+    return host, nvml
+
+
+@pytest.mark.parametrize("box", sorted(BOXES))
+def test_topology_of_each_reference_box(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, box: str
+) -> None:
+    _, nvml = _box_lib(monkeypatch, tmp_path, box)
+    expected = BOXES[box]
+    found = nvml.discover()
+    assert len(found.gpus) == expected.count and found.health == {}
+    links, pcie, bandwidth = render(found.topology, expected.count)
+    assert links == expected.links
+    assert pcie == expected.pcie
+    assert bandwidth == expected.bandwidth
+
+
+def test_switches_are_recognised_by_pci_id_on_drivers_without_remote_type(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    host, nvml = _box_lib(monkeypatch, tmp_path, "h100-nvswitch")
+    host.remote_type_supported = False
+    links, _, _ = render(nvml.discover().topology, 8)
+    assert links == BOXES["h100-nvswitch"].links
+
+
+def test_no_nvlink_is_one_log_line_and_pcie_pairs_remain(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _, nvml = _box_lib(monkeypatch, tmp_path, "t4-pcie")
+    with capture_logs() as logs:
+        topology = nvml.discover().topology
+    lines = [e for e in logs if "NVLink" in e["event"]]
+    assert lines == [
+        {"event": "NVLink not supported: PCIe only", "log_level": "info", "minors": [0, 1, 2, 3]}
+    ]
+    assert len(topology.links) == 6 and not any(link.is_nvlink for link in topology.links)
+
+
+def test_unreadable_common_ancestors_leave_only_the_nvlink_pairs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    host, nvml = _box_lib(monkeypatch, tmp_path, "a100-nvlink-pairs")
+    host.ancestor_error = pynvml.NVML_ERROR_NOT_SUPPORTED
+    with capture_logs() as logs:
+        topology = nvml.discover().topology
+    assert [link.minors for link in topology.links] == [(0, 1), (2, 3), (4, 5), (6, 7)]
+    assert all(link.common_ancestor == "" for link in topology.links)
+    assert [e["event"] for e in logs if "ancestor" in e["event"]] == [
+        "gpu common ancestors not supported"
+    ]
+    host.ancestor_error, host.ancestor_level = None, 77  # a level this agent does not know
+    with capture_logs() as logs:
+        assert len(nvml.discover().topology.links) == 4
+    assert any(e["event"] == "some gpu common ancestors could not be read" for e in logs)
+
+
+def test_a_card_whose_ports_fail_still_shows_its_links_from_the_peer(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    host, nvml = _box_lib(monkeypatch, tmp_path, "a100-nvlink-pairs")
+    host.cards[1].failing.add("nvmlDeviceGetNvLinkRemotePciInfo")  # minor 0
+    with capture_logs() as logs:
+        links, _, _ = render(nvml.discover().topology, 8)
+    assert links == BOXES["a100-nvlink-pairs"].links
+    warned = [e for e in logs if e["event"] == "some NVLink ports could not be read"]
+    assert [e["minor"] for e in warned] == [0] and len(warned[0]["errors"]) == 12
+
+
+def test_a_lost_card_drops_out_of_the_topology_only(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    host, nvml = _box_lib(monkeypatch, tmp_path, "h100-nvswitch")
+    host.cards[7].failing.add("nvmlDeviceGetNvLinkState")
+    host.cards[7].failing.add("nvmlDeviceGetTopologyCommonAncestor")
+    found = nvml.discover()
+    assert len(found.gpus) == 8
+    assert found.topology.minors == frozenset(range(7))
+    assert found.topology.link(0, 7) is None
+    link = found.topology.link(0, 6)
+    assert link is not None and (link.nvlinks, link.nvswitch) == (18, True)
+
+
+def test_inactive_and_cpu_ports_are_not_gpu_links(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    cards = v100_cube_mesh_cards()
+    cards[0].ports[-1] = Port("00000000:04:00.0", "npu")  # an NVLink to a POWER9 CPU
+    host = FakeNvmlHost(cards).install(monkeypatch)
+    nvml = NvmlLibrary(sysfs_root=make_sysfs(tmp_path / "sys", host.cards))
+    assert nvml.init()
+    links, _, _ = render(nvml.discover().topology, 4)
+    assert links == BOXES["v100-cube-mesh"].links
+
+
+def test_a_binding_surprise_costs_the_topology_not_the_gpus(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _, nvml = _box_lib(monkeypatch, tmp_path, "h100-nvswitch")
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetNvLinkRemotePciInfo", lambda h, p: object())
+    with capture_logs() as logs:
+        found = nvml.discover()
+    assert len(found.gpus) == 8 and not found.topology
+    assert [e["event"] for e in logs if e["log_level"] == "error"] == [
+        "gpu topology discovery failed: no topology reported"
+    ]

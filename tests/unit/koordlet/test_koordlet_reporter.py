@@ -3,6 +3,7 @@ labels, and what to write given what the API server holds."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 from apis.checkpoint import PodDeviceEntry, decode_devices_checkpoints
 from apis.device import Device, DeviceInfo
 from apis.quantity import Quantity
+from apis.topology import GPULink, GPUTopology
 from koordlet.devices.library import GPU, HEALTHY, Health
 from koordlet.reporter import (
     Inventory,
@@ -381,3 +383,40 @@ def test_merge_keeps_other_owner_references() -> None:
 
 def test_healthy_default() -> None:
     assert Inventory().health_of("anything") == HEALTHY
+
+
+# -- the gpu-topology annotation ----------------------------------------------------------------
+
+TOPO = "scheduling.koordinator.sh/gpu-topology"
+PAIR = GPUTopology(
+    (GPULink((0, 1), "NVLink", 12, bandwidth=Quantity.parse("300G"), common_ancestor="Single"),)
+)
+
+
+def test_topology_is_published_on_the_device() -> None:
+    inventory = dataclasses.replace(INVENTORY, topology=PAIR)
+    device = desired_device("node-1", inventory, ENTRIES, PODS, now=T0)
+    assert device.annotations[TOPO] == (
+        '{"links":[{"minors":[0,1],"gpuLinkType":"NVLink","nvlinks":12,"bandwidth":"300G",'
+        '"commonAncestor":"Single"}]}'
+    )
+    assert Device.from_dict(device.to_dict()).gpu_topology() == PAIR
+    assert TOPO not in desired_device("node-1", INVENTORY, ENTRIES, PODS, now=T0).annotations
+
+
+def test_topology_merge_writes_once_and_drops_a_stale_annotation() -> None:
+    inventory = dataclasses.replace(INVENTORY, topology=PAIR)
+    current = _stored(annotations={"note": "keep", TOPO: '{"links":[]}'})
+    desired = desired_device(
+        "node-1", inventory, ENTRIES, PODS, previous=current, now=T1, node_uid="uid-1"
+    )
+    merged = merge_device(current, desired)
+    assert merged is not None and merged.annotations[TOPO] == PAIR.encode()
+    assert merged.annotations["note"] == "keep"
+    again = desired_device(
+        "node-1", inventory, ENTRIES, PODS, previous=merged, now=T1, node_uid="uid-1"
+    )
+    assert merge_device(merged, again) is None  # same topology: no write
+    # The library no longer reports a topology: the agent's annotation goes, others stay.
+    gone = merge_device(merged, desired_device("node-1", INVENTORY, ENTRIES, PODS, now=T1))
+    assert gone is not None and TOPO not in gone.annotations and gone.annotations["note"] == "keep"
