@@ -89,6 +89,8 @@ class Grant:
     waited_ms: float
     """Time from when the request could have been served (its arrival, or the token coming
     free if it was held then) to this grant: the scheduler's own latency."""
+    queued_ms: float = 0.0
+    """Time from the request's arrival to this grant: how long the client was throttled."""
 
 
 @dataclass(slots=True)
@@ -116,9 +118,7 @@ class _Waiting:
 class TokenScheduler:
     """One card's token scheduler; times are milliseconds of ``clock`` (see module docs)."""
 
-    def __init__(
-        self, clock: Callable[[], float], config: SchedulerConfig | None = None
-    ) -> None:
+    def __init__(self, clock: Callable[[], float], config: SchedulerConfig | None = None) -> None:
         self._clock = clock
         self.config = config if config is not None else SchedulerConfig()
         self._clients: dict[str, _Client] = {}
@@ -179,6 +179,10 @@ class TokenScheduler:
     def cancel(self, ticket: Hashable) -> None:
         """Drop a waiting request (its connection closed)."""
         self._waiting = [w for w in self._waiting if w.ticket != ticket]
+
+    def cancel_where(self, match: Callable[[Hashable], bool]) -> None:
+        """Drop every waiting request whose ticket ``match``es."""
+        self._waiting = [w for w in self._waiting if not match(w.ticket)]
 
     def _release(self, now: float) -> None:
         self._holder = None
@@ -252,7 +256,7 @@ class TokenScheduler:
         self._holder = chosen.client
         self._hold_until = now + quota
         waited = now - max(chosen.arrived, self._freed_at)
-        return Grant(chosen.client, chosen.ticket, quota, max(0.0, waited))
+        return Grant(chosen.client, chosen.ticket, quota, max(0.0, waited), now - chosen.arrived)
 
     def next_deadline(self) -> float | None:
         """When ``poll`` may have something new without a new request (clock time), or None."""

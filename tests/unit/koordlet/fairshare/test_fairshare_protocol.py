@@ -53,9 +53,7 @@ GOLDEN_REQUESTS = [
     ),
     pytest.param(
         MemLimitRequest("p", -2),
-        _pad(
-            bytes.fromhex("0100000000000000") + b"p\x00" + bytes.fromhex("feffffff01000000"), 80
-        ),
+        _pad(bytes.fromhex("0100000000000000") + b"p\x00" + bytes.fromhex("feffffff01000000"), 80),
         id="mem-limit-negative-id",
     ),
     pytest.param(
@@ -73,7 +71,10 @@ GOLDEN_REQUESTS = [
     pytest.param(
         MemUpdateRequest("", 0, nbytes=4096, is_allocate=False),
         _pad(
-            bytes(8) + b"\x00" + bytes.fromhex("0000000002000000") + bytes.fromhex("0010000000000000"),
+            bytes(8)
+            + b"\x00"
+            + bytes.fromhex("0000000002000000")
+            + bytes.fromhex("0010000000000000"),
             80,
         ),
         id="mem-update-free-empty-name",
@@ -140,16 +141,24 @@ BAD_FRAMES = [
     pytest.param(_frame(70, b"a" * 70), "runs past", id="name-past-header"),
     pytest.param(_frame(2, b"abc" + bytes(8)), "not terminated", id="no-terminator"),
     pytest.param(_frame(2, b"\xff\xfe\x00" + bytes(8)), "not UTF-8", id="bad-utf8"),
-    pytest.param(_frame(1, b"a\x00" + struct.pack("<ii", 1, 3)), "unknown request type 3", id="type-3"),
-    pytest.param(_frame(1, b"a\x00" + struct.pack("<ii", 1, -1)), "unknown request type", id="type-neg"),
     pytest.param(
-        _frame(1, b"a\x00" + struct.pack("<iidd", 1, 0, float("nan"), 1.0)), "overuse", id="nan-overuse"
+        _frame(1, b"a\x00" + struct.pack("<ii", 1, 3)), "unknown request type 3", id="type-3"
+    ),
+    pytest.param(
+        _frame(1, b"a\x00" + struct.pack("<ii", 1, -1)), "unknown request type", id="type-neg"
+    ),
+    pytest.param(
+        _frame(1, b"a\x00" + struct.pack("<iidd", 1, 0, float("nan"), 1.0)),
+        "overuse",
+        id="nan-overuse",
     ),
     pytest.param(
         _frame(1, b"a\x00" + struct.pack("<iidd", 1, 0, 0.0, -5.0)), "burst", id="negative-burst"
     ),
     pytest.param(
-        _frame(60, b"n" * 60 + b"\x00" + struct.pack("<ii", 1, 0)), "payload runs past", id="no-room-for-payload"
+        _frame(60, b"n" * 60 + b"\x00" + struct.pack("<ii", 1, 0)),
+        "payload runs past",
+        id="no-room-for-payload",
     ),
 ]
 

@@ -44,26 +44,42 @@ PRIORITY = [
     ),
     pytest.param(
         # a: missing 5000-1000=4000 -> 4000/5000=0.8; b: missing 3000-0 -> 1.0
-        {"a": (0.5, 1.0), "b": (0.3, 1.0)}, {"a": 1000}, ["a", "b"], ["b", "a"], id="ratio"
+        {"a": (0.5, 1.0), "b": (0.3, 1.0)},
+        {"a": 1000},
+        ["a", "b"],
+        ["b", "a"],
+        id="ratio",
     ),
     pytest.param(
         # a at 4000/5000 -> ratio 0.2; b at 500/3000 -> 2500/3000 = 0.83
-        {"a": (0.5, 1.0), "b": (0.3, 1.0)}, {"a": 1000, "b": 500}, ["a", "b"], ["b", "a"],
+        {"a": (0.5, 1.0), "b": (0.3, 1.0)},
+        {"a": 1000, "b": 500},
+        ["a", "b"],
+        ["b", "a"],
         id="ratio-both-used",
     ),
     pytest.param(
         # b met its request (3000); a still missing: a first although it used more
-        {"a": (0.5, 1.0), "b": (0.3, 1.0)}, {"a": 4000, "b": 3000}, ["b", "a"], ["a", "b"],
+        {"a": (0.5, 1.0), "b": (0.3, 1.0)},
+        {"a": 4000, "b": 3000},
+        ["b", "a"],
+        ["a", "b"],
         id="below-request-first",
     ),
     pytest.param(
         # both above request: least used first
-        {"a": (0.1, 1.0), "b": (0.1, 1.0)}, {"a": 3000, "b": 2000}, ["a", "b"], ["b", "a"],
+        {"a": (0.1, 1.0), "b": (0.1, 1.0)},
+        {"a": 3000, "b": 2000},
+        ["a", "b"],
+        ["b", "a"],
         id="least-used",
     ),
     pytest.param(
         # b reached its limit (0.2 x 10 s): not eligible at all
-        {"a": (0.1, 1.0), "b": (0.2, 0.2)}, {"a": 3000, "b": 2000}, ["a", "b"], ["a"],
+        {"a": (0.1, 1.0), "b": (0.2, 0.2)},
+        {"a": 3000, "b": 2000},
+        ["a", "b"],
+        ["a"],
         id="limit-excludes",
     ),
 ]
@@ -196,14 +212,18 @@ class FairShareMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.clock = Clock()
-        self.s = TokenScheduler(self.clock, SchedulerConfig(window_ms=2_000, min_quota_ms=20,
-                                                           base_quota_ms=50))
+        self.s = TokenScheduler(
+            self.clock, SchedulerConfig(window_ms=2_000, min_quota_ms=20, base_quota_ms=50)
+        )
         self.given: list[tuple[str, float, float]] = []  # (client, start, end) granted
         self.held: tuple[str, float] | None = None
         self.n = 0
 
-    @rule(shares=st.lists(st.tuples(st.floats(0.0, 0.6), st.floats(0.05, 1.0)), min_size=1,
-                          max_size=4))
+    @rule(
+        shares=st.lists(
+            st.tuples(st.floats(0.0, 0.6), st.floats(0.05, 1.0)), min_size=1, max_size=4
+        )
+    )
     def set_clients(self, shares: list[tuple[float, float]]) -> None:
         self.s.set_clients(
             {f"c{i}": ClientShare(min(r, lim), lim) for i, (r, lim) in enumerate(shares)}
