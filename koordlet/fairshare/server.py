@@ -43,7 +43,7 @@ from typing import Final
 
 import structlog
 
-from apis.fairshare import FairShareSpec
+from koordlet.fairshare.pods import FairSharePod
 from koordlet.fairshare.protocol import (
     REQUEST_SIZE,
     MemLimitRequest,
@@ -63,23 +63,12 @@ __all__ = [
     "ClientStats",
     "Endpoint",
     "FairShareConfig",
-    "FairSharePod",
     "FairShareServer",
 ]
 
 log = structlog.get_logger("koordlet.fairshare")
 
 _MAX_BUFFER: Final = 64 * REQUEST_SIZE
-
-
-@dataclass(frozen=True, slots=True)
-class FairSharePod:
-    """An opted-in pod on this node and what it asks of its card."""
-
-    uid: str
-    namespace: str
-    name: str
-    spec: FairShareSpec
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,8 +13,9 @@ import pytest
 
 from apis.fairshare import FairShareSpec
 from koordlet.fairshare.client import GeminiClient
+from koordlet.fairshare.pods import FairSharePod
 from koordlet.fairshare.protocol import REQUEST_SIZE, ProtocolError
-from koordlet.fairshare.server import FairShareConfig, FairSharePod, FairShareServer
+from koordlet.fairshare.server import FairShareConfig, FairShareServer
 from koordlet.fairshare.tokens import SchedulerConfig
 
 GiB = 2**30
