@@ -44,6 +44,8 @@ class Card:
     failing: set[str] = field(default_factory=set)  # pynvml function names that fail
     events_supported: bool = True
     util_supported: bool = True
+    process_samples: list[tuple[int, int, int]] = field(default_factory=list)  # pid, ts us, sm%
+    process_util_supported: bool = True
 
     @property
     def sysfs_bus_id(self) -> str:
@@ -121,6 +123,7 @@ class FakeNvmlHost:
             "nvmlDeviceGetMemoryInfo",
             "nvmlDeviceGetPciInfo",
             "nvmlDeviceGetUtilizationRates",
+            "nvmlDeviceGetProcessUtilization",
             "nvmlEventSetCreate",
             "nvmlDeviceRegisterEvents",
             "nvmlEventSetWait",
@@ -214,6 +217,21 @@ class FakeNvmlHost:
         util = pynvml.c_nvmlUtilization_t()
         util.gpu, util.memory = card.util, card.util // 2
         return util
+
+    def nvmlDeviceGetProcessUtilization(self, handle: Any, time_stamp: int) -> Any:
+        """NVML's sample buffer: samples newer than ``time_stamp``; NOT_FOUND when none."""
+        card = self._card(handle, "nvmlDeviceGetProcessUtilization")
+        if not card.process_util_supported:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        newer = [smp for smp in card.process_samples if smp[1] > time_stamp]
+        if not newer:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_FOUND)
+        out = []
+        for pid, ts, sm in newer:
+            rec = pynvml.c_nvmlProcessUtilizationSample_t()
+            rec.pid, rec.timeStamp, rec.smUtil, rec.memUtil = pid, ts, sm, sm // 2
+            out.append(rec)
+        return out
 
     def nvmlEventSetCreate(self) -> Any:
         self._check_init()
