@@ -36,6 +36,7 @@ from apis.resources import DEVICE_GPU, GPU_CORE, GPU_MEMORY
 
 __all__ = [
     "ANNOTATION_GPU_CORE_LIMIT",
+    "DEFAULT_GEMINI_LIBRARY",
     "GPU_ISOLATION_PROVIDER_GEMINI",
     "DefaultLimit",
     "FairShareInputError",
@@ -46,6 +47,8 @@ __all__ = [
 
 GPU_ISOLATION_PROVIDER_GEMINI: Final = "Gemini"
 ANNOTATION_GPU_CORE_LIMIT: Final = "koordinator.sh/gpu-core-limit"
+DEFAULT_GEMINI_LIBRARY: Final = "/usr/local/gemini/lib/libgemhook.so.1"
+"""Where the node's image puts Gemini's hook library (``--fairshare-hook-library``)."""
 _FULL: Final = 100
 
 

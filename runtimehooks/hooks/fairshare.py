@@ -24,7 +24,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from apis.fairshare import DefaultLimit, FairShareInputError, FairShareSpec, fairshare_spec
+from apis.fairshare import (
+    DEFAULT_GEMINI_LIBRARY,
+    DefaultLimit,
+    FairShareInputError,
+    FairShareSpec,
+    fairshare_spec,
+)
 from runtimehooks.context import ContainerContext, HookInputError
 
 __all__ = [
@@ -39,7 +45,6 @@ __all__ = [
 ]
 
 HOOK_NAME: Final = "gemini-fairshare"
-DEFAULT_GEMINI_LIBRARY: Final = "/usr/local/gemini/lib/libgemhook.so.1"
 ENV_LD_PRELOAD: Final = "LD_PRELOAD"
 ENV_POD_NAME: Final = "POD_NAME"
 ENV_POD_MANAGER_IP: Final = "POD_MANAGER_IP"
