@@ -265,7 +265,7 @@ class FairShareServer:
                     self._remove(uid)
             for pod in desired.values():
                 try:
-                    self._upsert(pod)
+                    self._upsert(pod).ensured_at = None  # listed: the list decides from now on
                 except OSError as exc:
                     log.error(
                         "fair-share: cannot serve pod",
@@ -592,6 +592,8 @@ class FairShareServer:
             "cards": {str(m): c.port for m, c in self._cards.items()},
             "relays": {uid: c.port for uid, c in self._clients.items()},
         }
+        if state == self._saved or not (state["cards"] or state["relays"] or self._saved):
+            return  # unchanged, or nothing served and nothing remembered
         self._saved = state
         path = Path(self.config.state_path)
         tmp = path.with_name(path.name + ".tmp")
