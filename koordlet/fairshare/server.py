@@ -366,11 +366,16 @@ class FairShareServer:
                     self._selector.register(sock, selectors.EVENT_READ, data)
                 self._pending.clear()
                 timeout = self._timeout()
+            # epoll counts whole milliseconds, rounded up: wake a millisecond early and poll
+            # the last stretch, so that a token coming free at quota expiry is granted on time.
+            wait = None if timeout is None else timeout - 0.001 if timeout > 0.001 else 0.0
             try:
-                events = self._selector.select(timeout)
+                events = self._selector.select(wait)
             except OSError as exc:  # a socket closed under us; go round again
                 log.debug("fair-share select failed", error=str(exc))
                 continue
+            if not events and wait == 0.0 and timeout:
+                time.sleep(min(timeout, 0.0001))
             with self._lock:
                 for key, mask in events:
                     self._event(key, mask)
