@@ -239,8 +239,10 @@ class FairShareServer:
         Raises ``OSError`` when a listener cannot be opened: the caller fails the container.
         """
         with self._lock:
+            new = pod.uid not in self._clients
             client = self._upsert(pod)
-            client.ensured_at = self._clock()
+            if new:  # not (yet) in the pod list: keep it for grace_s even if a list omits it
+                client.ensured_at = self._clock()
             self._apply_shares()
             card = self._cards[pod.spec.minor]
             endpoint = Endpoint(
@@ -264,14 +266,19 @@ class FairShareServer:
                 if not recent:
                     self._remove(uid)
             for pod in desired.values():
+                new = pod.uid not in self._clients
                 try:
-                    self._upsert(pod).ensured_at = None  # listed: the list decides from now on
+                    client = self._upsert(pod)
                 except OSError as exc:
                     log.error(
                         "fair-share: cannot serve pod",
                         pod=f"{pod.namespace}/{pod.name}",
                         error=str(exc),
                     )
+                    continue
+                if new or client.ensured_at is not None:  # the list decides from now on
+                    client.ensured_at = None
+                    log.info("fair-share pod confirmed by the pod list", uid=pod.uid)
             self._apply_shares()
             self._save_state()
         self._wake()

@@ -179,6 +179,14 @@ def test_a_pod_announced_by_the_hook_survives_a_stale_pod_list(
     assert server.endpoint("new") is None
 
 
+def test_a_listed_pod_goes_with_the_list_even_after_its_hook_ran(server: FairShareServer) -> None:
+    p = pod("listed")
+    server.sync_pods([p])
+    server.ensure(p)  # the container is created after the list showed the pod
+    server.sync_pods([])  # the pod was deleted
+    assert server.endpoint("listed") is None
+
+
 def test_oversubscribed_card_scales_requests(server: FairShareServer) -> None:
     server.sync_pods([pod("a", request=0.8), pod("b", request=0.4)])
     shares = {s.uid: s.share for s in server.stats()}
