@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: all demo test test-unit bench bench-b2 lint proto kube-apiserver clean
+.PHONY: all demo test test-unit bench bench-b2 bench-b4 lint proto kube-apiserver clean
 
 all: test
 
@@ -33,6 +33,10 @@ bench: $(STAMP)
 ## bench-b2: benchmark B2 (end to end against a real kube-apiserver)
 bench-b2: $(STAMP)
 	$(BIN)/python bench/b2_e2e.py
+
+## bench-b4: benchmark B4 (fair-share GPU time slicing, synthetic Gemini clients; ~4 min)
+bench-b4: $(STAMP)
+	$(BIN)/python bench/b4_fairshare.py --duration 60 --plot docs/img/b4-fairshare.png
 
 ## lint: ruff, mypy (strict) on the packages, import-linter layer contracts
 lint: $(STAMP)

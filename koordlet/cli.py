@@ -31,15 +31,26 @@ import structlog
 import yaml
 from prometheus_client import CollectorRegistry
 
+from apis.fairshare import DEFAULT_GEMINI_LIBRARY, DefaultLimit
 from koordlet.agent import Agent, Service, report_once
 from koordlet.checkpoint import DEFAULT_KUBELET_ROOT
 from koordlet.devices.fake import FakeLibrary, FakeSpecError
-from koordlet.devices.library import DeviceLibrary
+from koordlet.devices.library import GPU, DeviceLibrary
 from koordlet.devices.sysfs import DEFAULT_SYSFS_ROOT
-from koordlet.hookserver import DEFAULT_HOOK_DIR, DEFAULT_SOCKET, HookServiceError, hook_service
-from koordlet.metrics import DEFAULT_METRICS_PORT, parse_bind_address
+from koordlet.fairshare.monitor import PodUsageMonitor, ProcessPods
+from koordlet.fairshare.server import FairShareConfig, FairShareServer
+from koordlet.fairshare.service import FairShareService
+from koordlet.hookserver import (
+    DEFAULT_HOOK_DIR,
+    DEFAULT_SOCKET,
+    FairShareWiring,
+    HookServiceError,
+    hook_service,
+)
+from koordlet.metrics import DEFAULT_METRICS_PORT, FairShareMetrics, parse_bind_address
 
 PROG = "koordlet"
+DEFAULT_FAIRSHARE_STATE = "/var/run/koordlet/fairshare.json"
 EXIT_USAGE = 2
 
 log = structlog.get_logger("koordlet")
@@ -169,11 +180,19 @@ def cmd_run(args: argparse.Namespace) -> int:
             agent_ref[0].metrics.observe(stage, result, seconds)
 
     services: list[Service] = []
+    fairshare = _fairshare(args, node_name, api, registry, agent_ref, interval)
+    if fairshare is not None:
+        services.append(fairshare)
     hooks = hook_service(
         socket_path=args.socket,
         hook_dir=args.hook_dir,
         visible_devices_by=args.visible_devices_by,
         observe=observe,
+        fairshare=FairShareWiring(
+            fairshare.server if fairshare is not None else None,
+            args.fairshare_hook_library,
+            DefaultLimit(args.fairshare_default_limit),
+        ),
     )
     if hooks is not None:
         services.append(hooks)
@@ -209,6 +228,85 @@ def cmd_run(args: argparse.Namespace) -> int:
             signal.signal(s, handler)
     log.info("koordlet stopped", node=node_name)
     return 0
+
+
+def _fairshare(
+    args: argparse.Namespace,
+    node_name: str,
+    api: Any,
+    registry: CollectorRegistry,
+    agent_ref: list[Agent],
+    interval_s: float,
+) -> FairShareService | None:
+    """The Gemini fair-share server, its pod sync and its metrics (None when off)."""
+    if args.fairshare == "off":
+        log.info("fair-share (Gemini) server off: opted-in pods will be refused")
+        return None
+    monitor_ref: list[PodUsageMonitor] = []
+
+    def gpus() -> tuple[GPU, ...]:
+        return agent_ref[0].inventory.gpus if agent_ref else ()
+
+    def measured() -> dict[int, dict[str, float]]:
+        if not agent_ref:
+            return {}
+        if not monitor_ref:
+            monitor_ref.append(
+                PodUsageMonitor(agent_ref[0].inventory.library, gpus, ProcessPods(args.proc_root))
+            )
+        return monitor_ref[0].sample()
+
+    server_ref: list[FairShareServer] = []
+    metrics = FairShareMetrics(
+        registry, node_name, lambda: server_ref[0].stats() if server_ref else [], measured
+    )
+    server = FairShareServer(
+        FairShareConfig(bind_address=args.fairshare_address, state_path=args.fairshare_state),
+        on_grant=metrics.observe_grant,
+    )
+    server_ref.append(server)
+    return FairShareService(
+        server,
+        lambda: api.list_node_pod_records(node_name),
+        default_limit=DefaultLimit(args.fairshare_default_limit),
+        interval_s=interval_s,
+    )
+
+
+def _fairshare_flags(run: argparse.ArgumentParser) -> None:
+    run.add_argument(
+        "--fairshare",
+        choices=("on", "off"),
+        default="on",
+        help="serve Gemini's token scheduler for opted-in pods (off: such pods are refused)",
+    )
+    run.add_argument(
+        "--fairshare-address",
+        default=os.environ.get("HOST_IP") or "127.0.0.1",
+        help="IP the fair-share sockets listen on and containers connect to "
+        "(default $HOST_IP, else 127.0.0.1)",
+    )
+    run.add_argument(
+        "--fairshare-hook-library",
+        default=DEFAULT_GEMINI_LIBRARY,
+        help=f"Gemini hook library put in LD_PRELOAD (default {DEFAULT_GEMINI_LIBRARY})",
+    )
+    run.add_argument(
+        "--fairshare-default-limit",
+        choices=[d.value for d in DefaultLimit],
+        default=DefaultLimit.FULL.value,
+        help="GPU-time limit of a pod without koordinator.sh/gpu-core-limit: full "
+        "(work-conserving, default) or request (strict isolation)",
+    )
+    run.add_argument(
+        "--fairshare-state",
+        default=DEFAULT_FAIRSHARE_STATE,
+        help=f"file remembering the fair-share ports across restarts "
+        f"(default {DEFAULT_FAIRSHARE_STATE}; empty: none)",
+    )
+    run.add_argument(
+        "--proc-root", default="/proc", help="host /proc, to map GPU processes to pods"
+    )
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -261,6 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=f":{DEFAULT_METRICS_PORT}",
         help=f"HOST:PORT for /metrics and /healthz (default :{DEFAULT_METRICS_PORT})",
     )
+    _fairshare_flags(run)
     run.set_defaults(func=cmd_run)
     return parser
 

@@ -1,7 +1,8 @@
 """Composition-root glue: the runtime-hook server (``runtimehooks``) as a service of the agent.
 
-Role: build the default hook registry (the GPU hook at PreCreateContainer, timed into the
-agent's metrics through ``observe``), serve it on the unix socket and register it with
+Role: build the default hook registry (the GPU hook at PreCreateContainer, and the Gemini
+fair-share hook when the agent runs a fair-share server, timed into the agent's metrics
+through ``observe``), serve it on the unix socket and register it with
 koord-runtime-proxy through ``<hook dir>/koordlet.json``. Only ``koordlet.cli`` uses this
 module; ``runtimehooks`` is imported when the service is built, so that ``koordlet report``
 never loads grpc and an agent whose grpc is broken still runs (without hooks, logged).
@@ -15,12 +16,24 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 import structlog
 
-__all__ = ["DEFAULT_HOOK_DIR", "DEFAULT_SOCKET", "HookService", "HookServiceError", "hook_service"]
+from apis.fairshare import DefaultLimit
+from koordlet.fairshare.pods import FairSharePod
+from koordlet.fairshare.server import FairShareServer
+
+__all__ = [
+    "DEFAULT_HOOK_DIR",
+    "DEFAULT_SOCKET",
+    "FairShareWiring",
+    "HookService",
+    "HookServiceError",
+    "hook_service",
+]
 
 DEFAULT_HOOK_DIR: Final = "/etc/runtime/hookserver.d"
 DEFAULT_SOCKET: Final = "/var/run/koordlet/koordlet.sock"
@@ -42,6 +55,39 @@ class _Observer:
         self._observe(str(stage), result, seconds)
 
 
+@dataclass(frozen=True, slots=True)
+class FairShareWiring:
+    """The fair-share server the Gemini hook asks, and the hook's node settings."""
+
+    server: FairShareServer | None
+    """None: fair share is off on this node, and opted-in pods fail (fail closed)."""
+    library: str
+    default_limit: DefaultLimit
+
+
+def _fairshare_hook(wiring: FairShareWiring) -> Any:
+    from runtimehooks.hooks.fairshare import (
+        FairShareEndpoint,
+        FairShareHook,
+        FairShareHookOptions,
+        FairShareTarget,
+    )
+
+    def resolve(target: FairShareTarget) -> FairShareEndpoint:
+        if wiring.server is None:
+            raise RuntimeError(
+                "pod asks for Gemini isolation, but fair share is off on this node "
+                "(koordlet --fairshare=off)"
+            )
+        pod = FairSharePod(target.uid, target.namespace, target.name, target.spec)
+        ep = wiring.server.ensure(pod)
+        return FairShareEndpoint(
+            ep.client_name, ep.scheduler_ip, ep.scheduler_port, ep.manager_ip, ep.manager_port
+        )
+
+    return FairShareHook(resolve, FairShareHookOptions(wiring.library, wiring.default_limit))
+
+
 class HookService:
     """The runtime-hook gRPC server plus its registration file, started and stopped together."""
 
@@ -52,6 +98,7 @@ class HookService:
         hook_dir: str | os.PathLike[str],
         visible_devices_by: str,
         observe: Observe,
+        fairshare: FairShareWiring | None = None,
     ) -> None:
         from runtimehooks.hooks import new_default_registry
         from runtimehooks.hooks.gpu import GPUHookOptions
@@ -61,6 +108,7 @@ class HookService:
         self.registry = new_default_registry(
             GPUHookOptions(visible_devices_by=visible_devices_by),  # type: ignore[arg-type]
             observer=_Observer(observe),
+            fairshare=_fairshare_hook(fairshare) if fairshare is not None else None,
         )
         self._server: Any = None
         self.registration: Path | None = None
@@ -106,6 +154,7 @@ def hook_service(
     hook_dir: str,
     visible_devices_by: str,
     observe: Observe,
+    fairshare: FairShareWiring | None = None,
 ) -> HookService | None:
     """The hook service, or None when disabled (empty socket) or unavailable (logged)."""
     if not socket_path:
@@ -117,6 +166,7 @@ def hook_service(
             hook_dir=hook_dir,
             visible_devices_by=visible_devices_by,
             observe=observe,
+            fairshare=fairshare,
         )
     except ImportError as exc:
         log.warning("runtime hook server unavailable: running without it", error=str(exc))

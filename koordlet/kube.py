@@ -30,6 +30,7 @@ from yaml import YAMLError
 
 from apis.allocation import ANNOTATION_DEVICE_ALLOCATED
 from apis.device import API_VERSION, KIND, PLURAL, Device, DeviceDecodeError
+from koordlet.fairshare.pods import PodRecord
 from koordlet.reporter import NodePods
 from koordlet.sync import ApiError, ConflictError, NodeState, NotFoundError
 
@@ -171,6 +172,28 @@ class KubeNodeAPI:
             if ANNOTATION_DEVICE_ALLOCATED in (meta.get("annotations") or {}):
                 allocated.add(uid)
         return NodePods(uids=frozenset(uids), allocated=frozenset(allocated))
+
+    def list_node_pod_records(self, node_name: str) -> list[PodRecord]:
+        """The node's live pods (not Succeeded/Failed) with labels and annotations."""
+        obj = self._request(
+            "GET", "/api/v1/pods", query=[("fieldSelector", f"spec.nodeName={node_name}")]
+        )
+        out: list[PodRecord] = []
+        for pod in obj.get("items") or []:
+            meta = pod.get("metadata") or {}
+            uid = str(meta.get("uid") or "")
+            if not uid or (pod.get("status") or {}).get("phase") in _TERMINAL_PHASES:
+                continue
+            out.append(
+                PodRecord(
+                    uid=uid,
+                    namespace=str(meta.get("namespace") or ""),
+                    name=str(meta.get("name") or ""),
+                    labels=_str_map(meta.get("labels")),
+                    annotations=_str_map(meta.get("annotations")),
+                )
+            )
+        return out
 
     def patch_node_labels(self, name: str, labels: Mapping[str, str]) -> None:
         self._request(

@@ -21,20 +21,22 @@ import socket
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Final
+from typing import Final, Protocol
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from koordlet.devices.library import GPU, HEALTHY, DeviceLibrary, DeviceQueryError, Health
 
 __all__ = [
     "DEFAULT_METRICS_PORT",
+    "FairShareMetrics",
     "GPUCollector",
     "KoordletMetrics",
     "MetricsServer",
+    "PodShareStats",
     "parse_bind_address",
 ]
 
@@ -147,6 +149,105 @@ class GPUCollector:
             if usage.utilization is not None:
                 utilization.add_metric(labels, usage.utilization)
         return (total, used, utilization, healthy)
+
+
+class PodShareStats(Protocol):
+    """One fair-shared pod as the collector reads it (``koordlet.fairshare.ClientStats``)."""
+
+    @property
+    def minor(self) -> int: ...
+    @property
+    def uid(self) -> str: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def share(self) -> float: ...
+    @property
+    def granted_ratio(self) -> float: ...
+    @property
+    def throttled_s(self) -> float: ...
+
+
+_POD_LABELS: Final = ("node", "minor", "namespace", "pod")
+GRANT_BUCKETS: Final = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1)
+
+
+class FairShareMetrics:
+    """Per-pod fair-share gauges read at scrape time, and the token grant latency histogram.
+
+    ``stats`` lists the served pods (the fair-share server); ``measured`` returns NVML's
+    measured usage ``{minor: {pod uid: ratio}}`` (the usage monitor; cards it could not read
+    are absent, and so are their ``usage`` samples).
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        node_name: str,
+        stats: Callable[[], Iterable[PodShareStats]],
+        measured: Callable[[], Mapping[int, Mapping[str, float]]] | None = None,
+    ) -> None:
+        self._node = node_name
+        self._stats = stats
+        self._measured = measured
+        self.grant_latency = Histogram(
+            "koordlet_gpu_token_grant_latency_seconds",
+            "Time from a token request becoming servable (arrival, or the token coming free) "
+            "to its grant being sent.",
+            buckets=GRANT_BUCKETS,
+            registry=registry,
+        )
+        registry.register(self)
+
+    def observe_grant(self, seconds: float) -> None:
+        self.grant_latency.observe(seconds)
+
+    def _families(
+        self,
+    ) -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily, CounterMetricFamily]:
+        return (
+            GaugeMetricFamily(
+                "koordlet_gpu_pod_share_ratio",
+                "The pod's target share of its GPU's time (gpu-core/100, scaled down when the "
+                "card is over-subscribed).",
+                labels=_POD_LABELS,
+            ),
+            GaugeMetricFamily(
+                "koordlet_gpu_pod_usage_ratio",
+                "The pod's measured share of its GPU since the last scrape (NVML per-process "
+                "SM utilization, summed over the pod's processes).",
+                labels=_POD_LABELS,
+            ),
+            GaugeMetricFamily(
+                "koordlet_gpu_pod_granted_ratio",
+                "GPU time granted to the pod by the token scheduler in the sliding window / "
+                "the window.",
+                labels=_POD_LABELS,
+            ),
+            CounterMetricFamily(
+                "koordlet_gpu_pod_throttled_seconds",
+                "Time the pod's token requests waited for a token.",
+                labels=_POD_LABELS,
+            ),
+        )
+
+    def describe(self) -> Iterable[Metric]:
+        return self._families()
+
+    def collect(self) -> Iterable[Metric]:
+        share, usage, granted, throttled = self._families()
+        measured = self._measured() if self._measured is not None else {}
+        for st in self._stats():
+            labels = [self._node, str(st.minor), st.namespace, st.name]
+            share.add_metric(labels, st.share)
+            granted.add_metric(labels, st.granted_ratio)
+            throttled.add_metric(labels, st.throttled_s)
+            card = measured.get(st.minor)
+            if card is not None:
+                usage.add_metric(labels, card.get(st.uid, 0.0))
+        return (share, usage, granted, throttled)
 
 
 def parse_bind_address(address: str, default_port: int = DEFAULT_METRICS_PORT) -> tuple[str, int]:

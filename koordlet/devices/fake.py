@@ -29,6 +29,7 @@ Topology (``Discovery.topology``, rules in ``koordlet.devices.interconnect``): N
 the same last ``pcieSwitches`` entry -> Single, any shared switch -> Multiple, the same
 ``pcieRoot`` -> HostBridge, the same ``numaNode`` -> Node, both NUMA nodes known -> System,
 else unknown. Examples of whole boxes: ``config/examples/fake-gpus-*.yaml``.
+      processes: {4242: 0.5}               # pid -> SM utilization, per-process samples
 
 Health file: a mapping from a card's uuid (or its minor, as a string) to
 ``{healthy: false, reason: Xid79, message: ..., lost: false}``; cards not listed are healthy;
@@ -47,7 +48,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -72,6 +73,7 @@ from koordlet.devices.library import (
     GPUUsage,
     Health,
     HealthEvent,
+    ProcessSample,
     query_failed,
 )
 
@@ -103,6 +105,7 @@ class FakeGPU:
     utilization: float | None = None
     pcie_switches: tuple[str, ...] = ()
     nvlink: CardLinks | None = None
+    processes: Mapping[int, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +213,7 @@ def _gpu(obj: object, index: int) -> FakeGPU:
         utilization=None if utilization is None else float(utilization),
         pcie_switches=_names(obj.get("pcieSwitches"), f"{path}.pcieSwitches"),
         nvlink=_nvlink(obj.get("nvlink"), minor, f"{path}.nvlink"),
+        processes=_processes(obj.get("processes"), f"{path}.processes"),
     )
 
 
@@ -260,6 +264,21 @@ def _nvlink(v: object, minor: int, path: str) -> CardLinks | None:
         switches=_link_counts(v.get("switches"), f"{path}.switches", str),
         version=version,
     )
+
+
+def _processes(v: object, path: str) -> dict[int, float]:
+    if v is None:
+        return {}
+    if not isinstance(v, Mapping):
+        raise _fail(path, "expected a mapping from pid to utilization")
+    out: dict[int, float] = {}
+    for pid, util in v.items():
+        ok_pid = isinstance(pid, int) and not isinstance(pid, bool) and pid > 0
+        ok_util = isinstance(util, int | float) and not isinstance(util, bool) and 0 <= util <= 1
+        if not (ok_pid and ok_util):
+            raise _fail(f"{path}[{pid!r}]", f"expected pid > 0 -> 0..1, got {util!r}")
+        out[int(pid)] = float(util)
+    return out
 
 
 def parse_fake_spec(doc: object, base_dir: Path, source: str = "<fake gpus>") -> FakeSpec:
@@ -421,6 +440,13 @@ class FakeLibrary:
             raise DeviceQueryError(f"{gpu.uuid}: {_LOST_ERROR}")
         fake = self._by_uuid[gpu.uuid]
         return GPUUsage(memory_used=fake.memory_used, utilization=fake.utilization)
+
+    def process_utilization(self, gpu: GPU, since_us: int) -> tuple[ProcessSample, ...]:
+        if self._lost(gpu):
+            raise DeviceQueryError(f"{gpu.uuid}: {_LOST_ERROR}")
+        now_us = max(since_us + 1, int(time.time() * 1e6))
+        procs = self._by_uuid[gpu.uuid].processes
+        return tuple(ProcessSample(pid, now_us, util) for pid, util in sorted(procs.items()))
 
     def open_health_events(self, gpus: tuple[GPU, ...]) -> bool:
         self._stop.clear()

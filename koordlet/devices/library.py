@@ -40,6 +40,7 @@ __all__ = [
     "GPUUsage",
     "Health",
     "HealthEvent",
+    "ProcessSample",
     "query_failed",
 ]
 
@@ -73,6 +74,17 @@ class GPUUsage:
     memory_used: int
     utilization: float | None
     """Fraction of the last sample period the card was busy (0.0 to 1.0); None if unknown."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSample:
+    """One NVML per-process utilization sample of a card."""
+
+    pid: int
+    timestamp_us: int
+    """When the driver took it (microseconds, the driver's clock; pass the newest back)."""
+    sm_util: float
+    """Fraction of the sample period the process's kernels kept the SMs busy (0.0 to 1.0)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +149,11 @@ class DeviceLibrary(Protocol):
 
     def usage(self, gpu: GPU) -> GPUUsage:
         """Used memory and utilization now; raises ``DeviceQueryError``."""
+        ...
+
+    def process_utilization(self, gpu: GPU, since_us: int) -> tuple[ProcessSample, ...]:
+        """Per-process samples newer than ``since_us`` (() when none or unsupported, logged
+        once); raises ``DeviceQueryError`` when the card cannot be read."""
         ...
 
     def open_health_events(self, gpus: tuple[GPU, ...]) -> bool:

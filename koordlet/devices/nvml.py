@@ -60,6 +60,7 @@ from koordlet.devices.library import (
     GPUUsage,
     Health,
     HealthEvent,
+    ProcessSample,
     query_failed,
 )
 
@@ -103,6 +104,7 @@ class NvmlLibrary:
         self._initialized = False
         self._event_set: Any = None
         self._idle = threading.Event()  # waited on when there is no event set
+        self._no_process_util: set[str] = set()  # cards already logged as unsupported
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -331,6 +333,25 @@ class NvmlLibrary:
         except pynvml.NVMLError:
             utilization = None  # not supported on every card
         return GPUUsage(memory_used=used, utilization=utilization)
+
+    def process_utilization(self, gpu: GPU, since_us: int) -> tuple[ProcessSample, ...]:
+        try:
+            handle = self._handle(gpu)
+            raw = pynvml.nvmlDeviceGetProcessUtilization(handle, since_us)
+        except pynvml.NVMLError as exc:
+            code = getattr(exc, "value", None)
+            if code == pynvml.NVML_ERROR_NOT_FOUND:
+                return ()  # no sample newer than since_us
+            if code == pynvml.NVML_ERROR_NOT_SUPPORTED:
+                if gpu.uuid not in self._no_process_util:
+                    self._no_process_util.add(gpu.uuid)
+                    log.warning("per-process utilization not supported", uuid=gpu.uuid)
+                return ()
+            raise DeviceQueryError(f"{gpu.uuid}: {exc}") from None
+        return tuple(
+            ProcessSample(int(r.pid), int(r.timeStamp), min(1.0, int(r.smUtil) / 100))
+            for r in raw
+        )
 
     # -- health events ------------------------------------------------------------------------
 

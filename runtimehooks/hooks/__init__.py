@@ -1,14 +1,17 @@
 """The node agent's runtime hooks and the default wiring of them.
 
 Role: ``new_default_registry`` is what ``koordlet run`` registers: the GPU hook at
-PreCreateContainer.  Each hook lives in its own module and depends only on
-``runtimehooks.context`` and ``apis`` (never on protobuf or grpc).
+PreCreateContainer, and after it the fair-share (Gemini) hook when the agent serves one.
+Each hook lives in its own module and depends only on ``runtimehooks.context`` and ``apis``
+(never on protobuf or grpc).
 
 Invariants: importing this package registers nothing; every call builds a fresh registry.
 """
 
 from __future__ import annotations
 
+from runtimehooks.hooks.fairshare import HOOK_NAME as FAIRSHARE_HOOK_NAME
+from runtimehooks.hooks.fairshare import FairShareHook
 from runtimehooks.hooks.gpu import HOOK_NAME as GPU_HOOK_NAME
 from runtimehooks.hooks.gpu import GPUHook, GPUHookOptions
 from runtimehooks.registry import FailurePolicy, HookObserver, HookRegistry, Stage
@@ -20,10 +23,15 @@ def new_default_registry(
     gpu: GPUHookOptions | None = None,
     observer: HookObserver | None = None,
     gpu_policy: FailurePolicy = FailurePolicy.FAIL,
+    fairshare: FairShareHook | None = None,
 ) -> HookRegistry:
     """A registry with the default hooks: the GPU hook at PreCreateContainer."""
     registry = HookRegistry(observer=observer)
     registry.register_container_hook(
         Stage.PRE_CREATE_CONTAINER, GPU_HOOK_NAME, GPUHook(gpu), gpu_policy
     )
+    if fairshare is not None:  # fail closed: an opted-in pod is never run unthrottled
+        registry.register_container_hook(
+            Stage.PRE_CREATE_CONTAINER, FAIRSHARE_HOOK_NAME, fairshare, FailurePolicy.FAIL
+        )
     return registry

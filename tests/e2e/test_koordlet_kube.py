@@ -198,6 +198,40 @@ def test_list_node_pods(
             core.delete_namespaced_pod(pod.metadata.name, ns, grace_period_seconds=0)
 
 
+def test_list_node_pod_records(
+    api: KubeNodeAPI, kube_client: client.ApiClient, node: tuple[str, str]
+) -> None:
+    name, _ = node
+    core = client.CoreV1Api(kube_client)
+    ns = "default"
+    pod = core.create_namespaced_pod(
+        ns,
+        client.V1Pod(
+            metadata=client.V1ObjectMeta(
+                name=_name("gemini"),
+                labels={"koordinator.sh/gpu-isolation-provider": "Gemini"},
+                annotations={"koordinator.sh/gpu-core-limit": "50"},
+            ),
+            spec=client.V1PodSpec(
+                node_name=name, containers=[client.V1Container(name="c", image="busybox")]
+            ),
+        ),
+    )
+    try:
+        (record,) = api.list_node_pod_records(name)
+        assert (record.uid, record.namespace, record.name) == (
+            pod.metadata.uid,
+            ns,
+            pod.metadata.name,
+        )
+        assert record.labels == {"koordinator.sh/gpu-isolation-provider": "Gemini"}
+        assert record.annotations == {"koordinator.sh/gpu-core-limit": "50"}
+        core.patch_namespaced_pod_status(pod.metadata.name, ns, {"status": {"phase": "Failed"}})
+        assert api.list_node_pod_records(name) == []
+    finally:
+        core.delete_namespaced_pod(pod.metadata.name, ns, grace_period_seconds=0)
+
+
 def test_forbidden_is_an_api_error(apiserver: ApiServer) -> None:
     api = KubeNodeAPI.from_kubeconfig(apiserver.kubeconfig_path("not-a-valid-token"))
     try:

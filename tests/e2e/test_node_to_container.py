@@ -109,6 +109,10 @@ def cluster(apiserver: ApiServer, tmp_path: Path) -> Iterator[dict[str, Any]]:
             str(hooks),
             "--metrics-bind-address",
             "127.0.0.1:0",
+            "--fairshare-address",
+            "127.0.0.1",
+            "--fairshare-state",
+            str(tmp_path / "fairshare.json"),
         ],
         tmp_path / "koordlet.log",
     )
@@ -200,3 +204,61 @@ def _get(kube: Kube, path: str) -> dict[str, Any] | None:
         return kube.get(path)
     except Exception:
         return None
+
+
+def test_a_gemini_pod_gets_its_share_of_the_card_served_by_the_agent(
+    cluster: dict[str, Any],
+) -> None:
+    """Scheduled by koord-scheduler, its container's hook env points at a relay that answers
+    Gemini's protocol with the pod's allocation; deleting the pod closes the relay."""
+    from koordlet.fairshare.client import GeminiClient
+
+    kube, node, ns = cluster["kube"], cluster["node"], cluster["ns"]
+    wait_for(
+        "the node's GPU totals",
+        lambda: kube.get(f"/api/v1/nodes/{node}")["status"]["allocatable"].get(GPU_CORE) == "400",
+        timeout=60,
+    )
+    cluster["proc"].wait_ready()
+    body = gpu_pod(
+        "gemini",
+        cluster["scheduler"],
+        {GPU_CORE: "30", GPU_RATIO: "25"},
+        {"kubernetes.io/hostname": node},
+    )
+    body["metadata"]["labels"] = {"koordinator.sh/gpu-isolation-provider": "Gemini"}
+    body["metadata"]["annotations"] = {"koordinator.sh/gpu-core-limit": "50"}
+    kube.post(f"/api/v1/namespaces/{ns}/pods", body)
+
+    def bound() -> dict[str, Any] | None:
+        pod = kube.get(f"/api/v1/namespaces/{ns}/pods/gemini")
+        return pod if (pod["metadata"].get("annotations") or {}).get(ALLOCATED) else None
+
+    pod = wait_for("the Gemini pod to be bound", bound, timeout=60)
+    (alloc,) = json.loads(pod["metadata"]["annotations"][ALLOCATED])["gpu"]
+    envs = dict(_hook(cluster["sock"], pod).container_envs)
+    assert envs["POD_NAME"] == pod["metadata"]["uid"]
+    assert envs["LD_PRELOAD"].endswith("libgemhook.so.1")
+    memory = int(alloc["resources"]["koordinator.sh/gpu-memory"].removesuffix("Gi")) * 2**30
+    with GeminiClient(envs["POD_MANAGER_IP"], int(envs["POD_MANAGER_PORT"]), "x") as client:
+        assert client.mem_limit() == (0, memory)
+        assert client.quota() == 250.0
+    log = cluster["agent"].log
+    wait_for(  # from now on the pod list, not the hook's announcement, decides
+        "the agent's pod list to show the pod",
+        lambda: "fair-share pod confirmed by the pod list" in log.read_text(),
+        timeout=60,
+    )
+    kube.delete(f"/api/v1/namespaces/{ns}/pods/gemini")
+
+    def relay_closed() -> bool:
+        try:
+            GeminiClient(envs["POD_MANAGER_IP"], int(envs["POD_MANAGER_PORT"]), "x", 5).close()
+        except OSError:
+            return True
+        return False
+
+    try:
+        wait_for("the relay to close after the pod is gone", relay_closed, timeout=60)
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{log.read_text()[-4000:]}") from None

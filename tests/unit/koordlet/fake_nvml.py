@@ -70,6 +70,8 @@ class Card:
     nvlink_supported: bool = True  # False: NOT_SUPPORTED on port 0 (no NVLink on the card)
     nvlink_version: int = 3
     pcie_switches: tuple[str, ...] = ()  # PCIe switches above the card, outermost first
+    process_samples: list[tuple[int, int, int]] = field(default_factory=list)  # pid, ts us, sm%
+    process_util_supported: bool = True
 
     @property
     def sysfs_bus_id(self) -> str:
@@ -265,6 +267,7 @@ class FakeNvmlHost:
             "nvmlDeviceGetMemoryInfo",
             "nvmlDeviceGetPciInfo",
             "nvmlDeviceGetUtilizationRates",
+            "nvmlDeviceGetProcessUtilization",
             "nvmlEventSetCreate",
             "nvmlDeviceRegisterEvents",
             "nvmlEventSetWait",
@@ -363,6 +366,21 @@ class FakeNvmlHost:
         util = pynvml.c_nvmlUtilization_t()
         util.gpu, util.memory = card.util, card.util // 2
         return util
+
+    def nvmlDeviceGetProcessUtilization(self, handle: Any, time_stamp: int) -> Any:
+        """NVML's sample buffer: samples newer than ``time_stamp``; NOT_FOUND when none."""
+        card = self._card(handle, "nvmlDeviceGetProcessUtilization")
+        if not card.process_util_supported:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        newer = [smp for smp in card.process_samples if smp[1] > time_stamp]
+        if not newer:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_FOUND)
+        out = []
+        for pid, ts, sm in newer:
+            rec = pynvml.c_nvmlProcessUtilizationSample_t()
+            rec.pid, rec.timeStamp, rec.smUtil, rec.memUtil = pid, ts, sm, sm // 2
+            out.append(rec)
+        return out
 
     def nvmlEventSetCreate(self) -> Any:
         self._check_init()

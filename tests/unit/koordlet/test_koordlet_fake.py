@@ -390,3 +390,26 @@ def test_ring_bandwidth_on_the_example_boxes(
     found = FakeLibrary.from_file(REPO / "config" / "examples" / BOXES[box].example).discover()
     got = ring_bandwidth(found.topology, minors)
     assert (None if got is None else got.canonical()) == expected
+def test_process_samples(tmp_path: Path) -> None:
+    doc = {"gpus": [_gpu_doc(0, processes={4242: 0.5, 7: 1}), _gpu_doc(1)]}
+    lib = FakeLibrary.from_file(_write(tmp_path, doc))
+    assert lib.init()
+    g0, g1 = lib.discover().gpus
+    samples = lib.process_utilization(g0, 0)
+    assert [(s.pid, s.sm_util) for s in samples] == [(7, 1.0), (4242, 0.5)]
+    assert all(s.timestamp_us > 0 for s in samples)
+    assert lib.process_utilization(g1, 0) == ()
+
+
+@pytest.mark.parametrize(
+    "processes",
+    [
+        pytest.param([1], id="list"),
+        pytest.param({0: 0.5}, id="pid-0"),
+        pytest.param({5: 1.5}, id="over-1"),
+        pytest.param({5: True}, id="bool"),
+    ],
+)
+def test_bad_process_samples(tmp_path: Path, processes: object) -> None:
+    with pytest.raises(FakeSpecError, match=r"gpus\[0\]\.processes"):
+        load_fake_spec(_write(tmp_path, {"gpus": [_gpu_doc(0, processes=processes)]}))

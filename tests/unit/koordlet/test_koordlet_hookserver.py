@@ -111,3 +111,75 @@ def test_a_path_that_is_not_a_socket_is_a_start_error(short_dir: Path) -> None:
         service.start()
     assert sock.read_text() == "precious"
     assert not (short_dir / "h" / "koordlet.json").exists()
+
+
+SHARED = (
+    '{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"30",'
+    '"koordinator.sh/gpu-memory":"2Gi","koordinator.sh/gpu-memory-ratio":"10"}}]}'
+)
+
+
+def _gemini_request() -> api_pb2.ContainerResourceHookRequest:
+    req = _request()
+    req.pod_labels["koordinator.sh/gpu-isolation-provider"] = "Gemini"
+    req.pod_annotations["scheduling.koordinator.sh/device-allocated"] = SHARED
+    return req
+
+
+def test_gemini_pod_gets_a_working_relay_through_the_hook(short_dir: Path) -> None:
+    from apis.fairshare import DefaultLimit
+    from koordlet.fairshare.client import GeminiClient
+    from koordlet.fairshare.server import FairShareServer
+    from koordlet.hookserver import FairShareWiring
+
+    server = FairShareServer()
+    server.start()
+    sock = short_dir / "koordlet.sock"
+    service = hook_service(
+        socket_path=str(sock),
+        hook_dir="",
+        visible_devices_by="minor",
+        observe=Observed(),
+        fairshare=FairShareWiring(server, "/opt/gem/libgemhook.so.1", DefaultLimit.FULL),
+    )
+    assert service is not None
+    service.start()
+    try:
+        with grpc.insecure_channel(f"unix:{sock}") as channel:
+            stub = api_pb2_grpc.RuntimeHookServiceStub(channel)
+            env = stub.PreCreateContainerHook(_gemini_request(), timeout=10).container_envs
+        assert env["LD_PRELOAD"] == "/opt/gem/libgemhook.so.1"
+        assert env["POD_NAME"] == "uid-p" and env["NVIDIA_VISIBLE_DEVICES"] == "0"
+        port = int(env["POD_MANAGER_PORT"])
+        with GeminiClient(env["POD_MANAGER_IP"], port, env["POD_NAME"]) as client:
+            assert client.mem_limit() == (0, 2 * 2**30)  # the pod's allocation
+            assert client.quota() == 250.0
+    finally:
+        service.stop()
+        server.stop()
+
+
+def test_gemini_pod_refused_when_fair_share_is_off(short_dir: Path) -> None:
+    from apis.fairshare import DefaultLimit
+    from koordlet.hookserver import FairShareWiring
+
+    sock = short_dir / "koordlet.sock"
+    service = hook_service(
+        socket_path=str(sock),
+        hook_dir="",
+        visible_devices_by="minor",
+        observe=Observed(),
+        fairshare=FairShareWiring(None, "/lib.so", DefaultLimit.FULL),
+    )
+    assert service is not None
+    service.start()
+    try:
+        with grpc.insecure_channel(f"unix:{sock}") as channel:
+            stub = api_pb2_grpc.RuntimeHookServiceStub(channel)
+            with pytest.raises(grpc.RpcError) as err:
+                stub.PreCreateContainerHook(_gemini_request(), timeout=10)
+            assert "fair share is off" in str(err.value.details())
+            plain = stub.PreCreateContainerHook(_request(), timeout=10)  # others unaffected
+            assert plain.container_envs["NVIDIA_VISIBLE_DEVICES"] == "1"
+    finally:
+        service.stop()

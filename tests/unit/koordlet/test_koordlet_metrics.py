@@ -218,3 +218,34 @@ def test_parse_bind_address(address: str, expected: tuple[str, int]) -> None:
 def test_parse_bind_address_rejects(address: str) -> None:
     with pytest.raises(ValueError):
         parse_bind_address(address)
+
+
+def test_fairshare_pod_metrics() -> None:
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from koordlet.fairshare.server import ClientStats
+    from koordlet.metrics import FairShareMetrics
+
+    registry = CollectorRegistry()
+    stats = [
+        ClientStats(0, "u1", "ns", "a", share=0.5, limit=1.0, granted_ratio=0.6, throttled_s=2.5),
+        ClientStats(1, "u2", "ns", "b", share=0.2, limit=0.2, granted_ratio=0.1, throttled_s=0.0),
+    ]
+    m = FairShareMetrics(registry, "n1", lambda: stats, lambda: {0: {"u1": 0.55}})
+    m.observe_grant(0.0004)
+    text = generate_latest(registry).decode()
+    got = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
+    a = (("minor", "0"), ("namespace", "ns"), ("node", "n1"), ("pod", "a"))
+    b = (("minor", "1"), ("namespace", "ns"), ("node", "n1"), ("pod", "b"))
+    assert got[("koordlet_gpu_pod_share_ratio", a)] == 0.5
+    assert got[("koordlet_gpu_pod_usage_ratio", a)] == 0.55
+    assert ("koordlet_gpu_pod_usage_ratio", b) not in got  # card 1 not measured
+    assert got[("koordlet_gpu_pod_granted_ratio", b)] == 0.1
+    assert got[("koordlet_gpu_pod_throttled_seconds_total", a)] == 2.5
+    assert got[("koordlet_gpu_token_grant_latency_seconds_count", ())] == 1.0
+    assert got[("koordlet_gpu_token_grant_latency_seconds_bucket", (("le", "0.0005"),))] == 1.0

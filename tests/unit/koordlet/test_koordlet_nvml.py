@@ -450,3 +450,37 @@ def test_a_binding_surprise_costs_the_topology_not_the_gpus(
     assert [e["event"] for e in logs if e["log_level"] == "error"] == [
         "gpu topology discovery failed: no topology reported"
     ]
+# -- per-process utilization (fair-share monitoring) -------------------------------------------
+
+
+def test_process_utilization_reads_new_samples_only(lib: NvmlLibrary, host: FakeNvmlHost) -> None:
+    from koordlet.devices.library import ProcessSample
+
+    gpu = _gpu(lib, 0)
+    card = next(c for c in host.cards if c.minor == 0)
+    card.process_samples = [(100, 1_000, 40), (200, 1_500, 55), (100, 2_000, 100)]
+    assert lib.process_utilization(gpu, 0) == (
+        ProcessSample(100, 1_000, 0.40),
+        ProcessSample(200, 1_500, 0.55),
+        ProcessSample(100, 2_000, 1.0),
+    )
+    assert lib.process_utilization(gpu, 1_500) == (ProcessSample(100, 2_000, 1.0),)
+    assert lib.process_utilization(gpu, 2_000) == ()  # NVML: NOT_FOUND, nothing newer
+
+
+def test_process_utilization_unsupported_is_empty_and_logged_once(
+    lib: NvmlLibrary, host: FakeNvmlHost
+) -> None:
+    gpu = _gpu(lib, 1)
+    next(c for c in host.cards if c.minor == 1).process_util_supported = False
+    with capture_logs() as logs:
+        assert lib.process_utilization(gpu, 0) == ()
+        assert lib.process_utilization(gpu, 0) == ()
+    assert [e["event"] for e in logs] == ["per-process utilization not supported"]
+
+
+def test_process_utilization_of_a_lost_card_raises(lib: NvmlLibrary, host: FakeNvmlHost) -> None:
+    gpu = _gpu(lib, 2)
+    next(c for c in host.cards if c.minor == 2).lost = True
+    with pytest.raises(DeviceQueryError, match=gpu.uuid):
+        lib.process_utilization(gpu, 0)

@@ -1,0 +1,57 @@
+"""The node's pods as the fair-share server sees them (pure).
+
+Role: ``PodRecord`` is the slim record the kube adapter decodes a pod into once (identity,
+labels, annotations); ``fairshare_pods`` turns the node's records into the opted-in clients
+(``FairSharePod``) through ``apis.fairshare``, the same decoder the runtime hook uses.
+
+Invariants: a pod whose fair-share input is bad is left out and reported in the returned
+problems (one line each: the agent logs them, it never stops on them); pods that did not opt
+in, have no allocation or hold whole cards are simply not clients.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from apis.fairshare import DefaultLimit, FairShareInputError, FairShareSpec, fairshare_spec
+
+__all__ = ["FairSharePod", "PodRecord", "fairshare_pods"]
+
+
+@dataclass(frozen=True, slots=True)
+class PodRecord:
+    """A live pod bound to this node (terminal pods are not listed)."""
+
+    uid: str
+    namespace: str
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class FairSharePod:
+    """An opted-in pod on this node and what it asks of its card."""
+
+    uid: str
+    namespace: str
+    name: str
+    spec: FairShareSpec
+
+
+def fairshare_pods(
+    records: Iterable[PodRecord], default_limit: DefaultLimit = DefaultLimit.FULL
+) -> tuple[list[FairSharePod], list[str]]:
+    """The opted-in clients among ``records``, and one problem line per pod left out."""
+    pods: list[FairSharePod] = []
+    problems: list[str] = []
+    for r in records:
+        try:
+            spec = fairshare_spec(r.labels, r.annotations, default_limit)
+        except FairShareInputError as err:
+            problems.append(f"pod {r.namespace}/{r.name}: {err}")
+            continue
+        if spec is not None:
+            pods.append(FairSharePod(r.uid, r.namespace, r.name, spec))
+    return pods, problems
