@@ -382,7 +382,7 @@ class Scheduler:
             self.observer.attempt(_result_of(status), fwk.name, time.perf_counter() - start)
             return
         if self._log_decisions:
-            log.info("assumed", pod=pod.key, node=node_name, cycle=cycle, attempts=qpi.attempts)
+            log.info("scheduled", pod=pod.key, node=node_name, cycle=cycle, attempts=qpi.attempts)
         waiting = None
         if waits:
             waiting = WaitingPod(assumed, waits)
