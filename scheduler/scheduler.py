@@ -29,7 +29,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -131,6 +131,7 @@ class Scheduler:
         observer: SchedulerObserver | None = None,
         bind_workers: int = 4,
         max_in_flight: int | None = None,
+        executor: Executor | None = None,
         on_incoming: Callable[[str, str], None] | None = None,
         log_decisions: bool = False,
     ) -> None:
@@ -177,7 +178,10 @@ class Scheduler:
         self.queue_stats: QueueStats | None = None
         self._stats_due = float("-inf")
         self._inbox: stdqueue.SimpleQueue[Change | _BindOutcome] = stdqueue.SimpleQueue()
-        self._binder = ThreadPoolExecutor(max(1, bind_workers), thread_name_prefix="bind")
+        self._binder: Executor = executor or ThreadPoolExecutor(
+            max(1, bind_workers), thread_name_prefix="bind"
+        )
+        """Runs binding cycles and cluster writes; tests inject one that runs them on demand."""
         self._in_flight = 0
         self._binds_queued = 0
         self._max_in_flight = max_in_flight or 4 * max(1, bind_workers)
@@ -227,6 +231,12 @@ class Scheduler:
             handler(change)
 
     def _apply_pod(self, old: Pod | None, new: Pod | None) -> None:
+        if old is not None and new is not None and old.uid != new.uid:
+            # Deleted and re-created under the same name, seen as one update (a relist):
+            # two pods — the old one leaves (cache or queue), the new one arrives.
+            self._apply_pod(old, None)
+            self._apply_pod(None, new)
+            return
         was_assigned = old is not None and old.assigned
         if new is not None and new.assigned:
             if was_assigned:
@@ -245,6 +255,12 @@ class Scheduler:
             self.cache.remove_pod(old)
             self.queue.assigned_pod_deleted(old)
             return
+        if new is None and old is not None and self.cache.is_assumed(old):
+            # Deleted while assumed — its bind may even have landed unseen (a relist folds
+            # "bound" and "deleted" into one delete of the unassigned record we knew): it
+            # leaves the cache, as its reservation leaves the device ledger.
+            self.cache.remove_pod(old)
+            self.queue.assigned_pod_deleted(old)
         # Unassigned pods: the queue's business, when one of our profiles owns them.
         if new is None or new.terminal or new.terminating or not self._responsible(new):
             if old is not None:
@@ -539,8 +555,6 @@ class Scheduler:
             self.observer.attempt("scheduled", fwk.name, seconds)
             first = qpi.initial_attempt_timestamp or qpi.timestamp
             self.observer.scheduled(qpi.attempts, self.clock.now() - first)
-            if self._log_decisions:
-                log.info("bound", pod=assumed.key, node=assumed.node_name)
             self._io(
                 fwk.handle.client.record_event,
                 assumed,

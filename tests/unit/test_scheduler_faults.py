@@ -275,3 +275,47 @@ def test_after_stop_binding_no_bind_is_sent_and_reservations_are_released() -> N
         assert adv.bind_calls == 1  # p1's bind was never sent
         assert sched.cache.pod_count() == 1  # p1 forgotten, its card released
         assert sched.queue.pending_counts()["backoff"] == 1
+
+
+# -- found by the model test: a relist folds several changes into one ---------------------------
+
+
+def test_a_pod_bound_then_deleted_behind_a_relist_releases_its_card() -> None:
+    """a's bind succeeds, its "bound" event is lost, a is deleted, and the relist reports the
+    delete of the *unassigned* record the scheduler knew. Its card must be freed for b."""
+    truth = gpu_node_truth()
+    adv = AdversarialCluster(truth)
+    with scheduler_on(adv) as sched:
+        truth.apply_pod(gpu_pod("a"))
+        adv.deliver_all()
+        sched.run_until_idle()
+        truth.delete_pod("default/a")
+        adv.drop_pending()
+        adv.relist()
+        truth.apply_pod(gpu_pod("b"))
+        adv.deliver_all()
+        sched.run_until_idle()
+        assert truth.pods["default/b"].node_name == "g0"
+        adv.deliver_all()
+        sched.drain()
+        assert not sched.cache.assumed_pods()
+        assert sched.cache.pod_count() == 1
+
+
+def test_a_bound_pod_recreated_behind_a_relist_is_scheduled() -> None:
+    """The relist shows one update: bound uid-1 -> unassigned uid-2. That is two pods: uid-1
+    leaves the cache, uid-2 joins the queue."""
+    truth = gpu_node_truth()
+    adv = AdversarialCluster(truth)
+    with scheduler_on(adv) as sched:
+        truth.apply_pod(gpu_pod("web-0", uid="uid-1"))
+        adv.deliver_all()
+        sched.run_until_idle()
+        adv.deliver_all()
+        truth.delete_pod("default/web-0")
+        truth.apply_pod(gpu_pod("web-0", uid="uid-2"))
+        adv.drop_pending()
+        adv.relist()
+        sched.run_until_idle()
+        pod = truth.pods["default/web-0"]
+        assert (pod.uid, pod.node_name) == ("uid-2", "g0")
