@@ -154,11 +154,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     le = config.leader_election
     stop = threading.Event()
     lost_lease = threading.Event()
+    shutting_down = threading.Event()
 
     def on_leading(leading: bool) -> None:
         # Called only on transitions: False means we led and lost (OnStoppedLeading). The
         # fence already refuses binds; stop, and exit so a supervisor restarts us clean.
-        if not leading:
+        if not leading and not shutting_down.is_set():
             lost_lease.set()
             stop.set()
 
@@ -238,6 +239,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         # Graceful order: stop scheduling -> wait (bounded) for the binds in flight -> close
         # the fence -> release the Lease (only when no bind can still be on the wire) -> exit.
+        shutting_down.set()
         drained = sched.stop_binding(SHUTDOWN_BIND_WAIT)
         fence_closed.set()
         if elector is not None:
