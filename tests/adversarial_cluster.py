@@ -54,6 +54,9 @@ class AdversarialCluster:
         self.bind_plan: deque[str] = deque()
         """Answers for the next binds, in order; ``ok`` when empty."""
         self.bind_calls = 0
+        self.lookups = 0
+        self.unreadable = False
+        """When True, ``lookup_pod`` fails: the API server cannot be read."""
         self.gate: threading.Event | None = None
         """When set, binds wait for it (worker threads only) before they reach the truth."""
         self.truth.subscribe(self._record)
@@ -93,6 +96,9 @@ class AdversarialCluster:
                 raise BindError(f"binding {pod.key}: read timed out", uncertain=True)
 
     def lookup_pod(self, pod: Pod) -> Pod | None:
+        self.lookups += 1
+        if self.unreadable:
+            raise ConnectionError("connection refused")
         return self.truth.lookup_pod(pod)
 
     def record_event(self, pod: Pod, event_type: str, reason: str, message: str) -> None:

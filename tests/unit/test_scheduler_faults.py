@@ -319,3 +319,24 @@ def test_a_bound_pod_recreated_behind_a_relist_is_scheduled() -> None:
         sched.run_until_idle()
         pod = truth.pods["default/web-0"]
         assert (pod.uid, pod.node_name) == ("uid-2", "g0")
+
+
+def test_an_uncertain_bind_that_cannot_be_read_back_keeps_its_reservation() -> None:
+    """The bind's answer is lost and the API server cannot be read: the worker keeps asking;
+    when the scheduler stops meanwhile, the pod stays assumed and its card held."""
+    truth = gpu_node_truth()
+    adv = AdversarialCluster(truth)
+    adv.unreadable = True
+    adv.bind_plan.append("lost")
+    with scheduler_on(adv) as sched:
+        truth.apply_pod(gpu_pod("a"))
+        adv.deliver_all()
+        assert sched.schedule_one()
+        wait_until = 0
+        while adv.lookups < 2 and wait_until < 600:  # at least one retry after a backoff
+            sched.drain(block=True, timeout=0.1)
+            wait_until += 1
+        assert adv.lookups >= 2
+        assert sched.stop_binding(timeout=30)
+        pod = truth.pods["default/a"]
+        assert sched.cache.is_assumed(pod) and sched.cache.pod_count() == 1
