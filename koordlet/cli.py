@@ -31,7 +31,7 @@ import structlog
 import yaml
 from prometheus_client import CollectorRegistry
 
-from koordlet.agent import Agent, Service, report_once
+from koordlet.agent import Agent, report_once
 from koordlet.checkpoint import DEFAULT_KUBELET_ROOT
 from koordlet.devices.fake import FakeLibrary, FakeSpecError
 from koordlet.devices.library import DeviceLibrary
@@ -168,15 +168,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         if agent_ref:
             agent_ref[0].metrics.observe(stage, result, seconds)
 
-    services: list[Service] = []
-    hooks = hook_service(
-        socket_path=args.socket,
-        hook_dir=args.hook_dir,
-        visible_devices_by=args.visible_devices_by,
-        observe=observe,
-    )
-    if hooks is not None:
-        services.append(hooks)
     agent = Agent(
         node_name=node_name,
         library=library,
@@ -185,8 +176,20 @@ def cmd_run(args: argparse.Namespace) -> int:
         sync_interval_s=interval,
         kubelet_root=args.kubelet_root,
         metrics_address=address,
-        services=services,
+        pod_getter=api,
+        event_api=api,
     )
+    hooks = hook_service(
+        socket_path=args.socket,
+        hook_dir=args.hook_dir,
+        visible_devices_by=args.visible_devices_by,
+        observe=observe,
+        pods=agent.pods,
+        on_denied=agent.deny,
+        on_kubelet_devices=agent.kubelet_devices,
+    )
+    if hooks is not None:
+        agent.add_service(hooks)
     agent_ref.append(agent)
     stop = threading.Event()
 

@@ -114,5 +114,6 @@ class DenialSink(Protocol):
 class KubeletDeviceSink(Protocol):
     """Receives the device-plugin GPU ids a container is created with (SPEC section 8)."""
 
-    def container_devices(self, pod: PodMeta, container: str, device_ids: tuple[str, ...]) -> None:
-        ...
+    def container_devices(
+        self, pod: PodMeta, container: str, device_ids: tuple[str, ...]
+    ) -> None: ...

@@ -18,6 +18,7 @@ File format (every key but ``gpus[].uuid`` and ``gpus[].minor`` optional)::
       pcieRoot: pci0000:00
       memoryUsed: 1Gi                      # for metrics
       utilization: 0.25                    # 0.0 to 1.0, for metrics
+      migDevices: [MIG-5d7a...]            # UUIDs of MIG devices on this card
 
 Health file: a mapping from a card's uuid (or its minor, as a string) to
 ``{healthy: false, reason: Xid79, message: ..., lost: false}``; cards not listed are healthy;
@@ -81,6 +82,7 @@ class FakeGPU:
     gpu: GPU
     memory_used: int = 0
     utilization: float | None = None
+    mig_devices: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,10 +161,14 @@ def _gpu(obj: object, index: int) -> FakeGPU:
         pcie_root=_opt_str(obj, "pcieRoot", path),
         index=index,
     )
+    migs = obj.get("migDevices") or []
+    if not isinstance(migs, list) or not all(isinstance(m, str) and m for m in migs):
+        raise _fail(f"{path}.migDevices", "expected a list of MIG device UUIDs")
     return FakeGPU(
         gpu=gpu,
         memory_used=_bytes(obj, "memoryUsed", path),
         utilization=None if utilization is None else float(utilization),
+        mig_devices=tuple(migs),
     )
 
 
@@ -245,6 +251,7 @@ class FakeLibrary:
     ) -> None:
         self._spec = spec
         self._by_uuid = {g.gpu.uuid: g for g in spec.gpus}
+        self._mig_parents = {m: g.gpu.uuid for g in spec.gpus for m in g.mig_devices}
         self._poll_interval_s = poll_interval_s
         self._monotonic = monotonic
         self._lock = threading.Lock()
@@ -352,3 +359,6 @@ class FakeLibrary:
     def close_health_events(self) -> None:
         self._subscribed = False
         self._stop.set()
+
+    def mig_parent(self, mig_uuid: str) -> str | None:
+        return self._mig_parents.get(mig_uuid)

@@ -73,8 +73,8 @@ __all__ = [
     "ENV_CUDA_DEVICE_SM_LIMIT",
     "ENV_LD_PRELOAD",
     "ENV_NVIDIA_VISIBLE_DEVICES",
-    "NO_GPU",
     "HOOK_NAME",
+    "NO_GPU",
     "GPUHook",
     "GPUHookOptions",
     "VisibleDevicesBy",
@@ -172,8 +172,6 @@ def gpu_env_delta(
     return env
 
 
-
-
 def _allocated_gpus(raw: str) -> list[DeviceAllocation]:
     try:
         return decode_allocations(raw).get(DEVICE_GPU) or []
@@ -250,9 +248,7 @@ class GPUHook:
 
     def __call__(self, ctx: ContainerContext) -> ContainerContext:
         if self._pods is None:
-            return ctx.with_envs(
-                gpu_env_delta(ctx.pod_annotations, ctx.pod_labels, self.options)
-            )
+            return ctx.with_envs(gpu_env_delta(ctx.pod_annotations, ctx.pod_labels, self.options))
         if ANNOTATION_DEVICE_ALLOCATED not in ctx.pod_annotations:
             self._report_kubelet_devices(ctx)
             return ctx

@@ -104,9 +104,7 @@ def _fractions(weights: list[Fraction | None], fallback: list[Fraction | None]) 
     return [Fraction(1, len(weights))] * len(weights)
 
 
-def container_share(
-    pod: PodSpec, container: ContainerSpec, card_bytes: Fraction | None
-) -> Share:
+def container_share(pod: PodSpec, container: ContainerSpec, card_bytes: Fraction | None) -> Share:
     """``container``'s share (it must be a GPU container of ``pod``); ``card_bytes`` is the
     card size the allocation implies (None when unknown: byte requests then weigh nothing)."""
     group = _together(pod, container)
