@@ -80,6 +80,7 @@ def test_full_queue_drops_and_failed_posts_do_not_stop_the_recorder() -> None:
         gate.set()
         _wait(lambda: rec.posted == 2)
         api.fail = True
+        api.done.clear()
         rec.warn("ns", "q", "uq", "R", "m")
         _wait(api.done.is_set)
         api.fail = False
