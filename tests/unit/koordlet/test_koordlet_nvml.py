@@ -325,3 +325,19 @@ def test_real_nvml_on_this_host() -> None:
             assert event is None or isinstance(event, HealthEvent)
     finally:
         nvml.shutdown()
+
+
+# -- MIG devices -> their card ---------------------------------------------------------------------
+
+from tests.unit.koordlet.fake_nvml import FakeMigHost  # noqa: E402
+
+
+def test_mig_parent_resolves_through_nvml(
+    lib: NvmlLibrary, host: FakeNvmlHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    FakeMigHost(host, {"MIG-0f3c-1": 4}).install(monkeypatch)
+    assert lib.init()
+    assert lib.mig_parent("MIG-0f3c-1") == host.cards[4].uuid
+    with capture_logs() as logs:
+        assert lib.mig_parent("MIG-unknown") is None  # NVML_ERROR_NOT_FOUND: logged, None
+    assert logs[0]["event"] == "MIG device cannot be resolved to its gpu"
