@@ -211,6 +211,8 @@ def container_env_delta(
     memory = first.resource_value(GPU_MEMORY)
     card_bytes = Fraction(memory * 100, ratio) if ratio > 0 else None
     share = container_share(pod, container, card_bytes)
+    if share.memory == 0 or share.core == 0:
+        return {ENV_NVIDIA_VISIBLE_DEVICES: NO_GPU}  # sidecars started before it hold it all
     hami[ENV_CUDA_DEVICE_MEMORY_LIMIT] = _scaled(memory, share.memory)
     if ENV_CUDA_DEVICE_SM_LIMIT in hami:
         hami[ENV_CUDA_DEVICE_SM_LIMIT] = _scaled(first.resource_value(GPU_CORE), share.core)

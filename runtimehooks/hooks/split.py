@@ -10,12 +10,13 @@ Invariants:
 - A container is a GPU container when its requests (or limits) name a GPU resource with a
   positive amount (``GPU_RESOURCES``); any other container gets no GPU.
 - Containers that run together: the app containers and the sidecars (init containers with
-  ``restartPolicy: Always``) form one set; a plain init container runs with the sidecars
-  declared before it only.  Within a set the shares of a dimension sum to at most 1, so the
-  running containers of a pod never exceed what the pod was given on a card.
-- A dimension (memory, compute) is split by the containers' requests of that dimension when
-  every container of the set has one; otherwise by their requests of the other dimension
-  when every container has that; otherwise equally.
+  ``restartPolicy: Always``) form one group and split the pod's amounts (shares sum to 1).
+  A plain init container runs alone, next to the sidecars declared before it only: it gets
+  what those sidecars leave (1 minus their shares; possibly 0).  So the containers running at
+  any moment never exceed what the pod was given on a card.
+- Within the group a dimension (memory, compute) is split by the containers' requests of that
+  dimension when every container of the group has one; otherwise by their requests of the
+  other dimension when every container has that; otherwise equally.
 - Memory requests are compared in percent of a card: ``gpu-memory`` bytes (and
   ``aliyun.com/gpu-mem`` GiB) are converted with the card size the allocation implies
   (``gpu-memory * 100 / gpu-memory-ratio``).  Exact fractions, no floats.
@@ -52,7 +53,8 @@ _GIB: Final = 1 << 30
 
 @dataclass(frozen=True, slots=True)
 class Share:
-    """A container's fraction of the pod's per-card memory and compute (0 < x <= 1)."""
+    """A container's fraction of the pod's per-card memory and compute (0 <= x <= 1; 0 only
+    for an init container whose earlier sidecars hold everything)."""
 
     memory: Fraction
     core: Fraction
@@ -63,17 +65,8 @@ def gpu_containers(pod: PodSpec) -> tuple[ContainerSpec, ...]:
     return tuple(c for c in pod.containers if c.requests_gpu)
 
 
-def _together(pod: PodSpec, container: ContainerSpec) -> list[ContainerSpec]:
-    gpu = gpu_containers(pod)
-    if container.kind is not ContainerKind.INIT:
-        return [c for c in gpu if c.kind is not ContainerKind.INIT]
-    out: list[ContainerSpec] = []
-    for c in pod.containers:
-        if c is container:
-            return [*out, c]
-        if c.kind is ContainerKind.SIDECAR and c.requests_gpu:
-            out.append(c)
-    return [container]  # pragma: no cover - the container is one of the pod's
+def _long_running(pod: PodSpec) -> list[ContainerSpec]:
+    return [c for c in gpu_containers(pod) if c.kind is not ContainerKind.INIT]
 
 
 def _memory_weight(req: Mapping[str, int], card_bytes: Fraction | None) -> Fraction | None:
@@ -104,11 +97,26 @@ def _fractions(weights: list[Fraction | None], fallback: list[Fraction | None]) 
     return [Fraction(1, len(weights))] * len(weights)
 
 
-def container_share(pod: PodSpec, container: ContainerSpec, card_bytes: Fraction | None) -> Share:
-    """``container``'s share (it must be a GPU container of ``pod``); ``card_bytes`` is the
-    card size the allocation implies (None when unknown: byte requests then weigh nothing)."""
-    group = _together(pod, container)
+def _group_share(
+    group: list[ContainerSpec], container: ContainerSpec, card_bytes: Fraction | None
+) -> Share:
     i = next(k for k, c in enumerate(group) if c is container)
     mem = [_memory_weight(c.gpu_requests, card_bytes) for c in group]
     core = [_core_weight(c.gpu_requests) for c in group]
     return Share(memory=_fractions(mem, core)[i], core=_fractions(core, mem)[i])
+
+
+def container_share(pod: PodSpec, container: ContainerSpec, card_bytes: Fraction | None) -> Share:
+    """``container``'s share (it must be a GPU container of ``pod``); ``card_bytes`` is the
+    card size the allocation implies (None when unknown: byte requests then weigh nothing)."""
+    group = _long_running(pod)
+    if container.kind is not ContainerKind.INIT:
+        return _group_share(group, container, card_bytes)
+    memory, core = Fraction(1), Fraction(1)
+    for c in pod.containers:
+        if c is container:
+            break
+        if c.kind is ContainerKind.SIDECAR and c.requests_gpu:
+            taken = _group_share(group, c, card_bytes)
+            memory, core = memory - taken.memory, core - taken.core
+    return Share(memory=max(memory, Fraction(0)), core=max(core, Fraction(0)))

@@ -238,7 +238,9 @@ PER_CONTAINER = [
                  hami("0,1", 3 * GI, 15), id="gpu-sidecar-shares-with-apps"),
     pytest.param([c("mon", SIDECAR, core=30, ratio=30), c("init", INIT, core=30, ratio=30),
                   c("main", core=90, ratio=90)], "init",
-                 hami("0,1", 6 * GI, 30), id="init-shares-with-earlier-sidecar"),
+                 hami("0,1", 9 * GI, 45), id="init-gets-what-earlier-sidecars-leave"),
+    pytest.param([c("mon", SIDECAR, core=30, ratio=30), c("init", INIT, core=30, ratio=30)],
+                 "init", VOID, id="init-after-sidecars-holding-everything-gets-void"),
     pytest.param([c("main", core=120, ratio=120)], "debugger", VOID,
                  id="container-not-in-spec-gets-void"),
 ]  # fmt: skip
