@@ -267,3 +267,51 @@ def test_kubelet_allocated_cards_are_never_offered_to_fractional_pods(
         proc.stop()
     minors = [a["minor"] for a in json.loads(pod["metadata"]["annotations"][ALLOCATED])["gpu"]]
     assert minors == [3]  # every other card is held by the kubelet's pods
+
+
+def test_rbac_manifest_lets_the_hook_read_pods_and_post_events(
+    make_apiserver: Any, tmp_path: Path
+) -> None:
+    """With only config/koordlet/rbac.yaml's rights: the cache-miss GET and the event POST."""
+    import yaml
+    from kubernetes import client
+    from test_koordlet_sync import SA_USER, _apply
+
+    srv = make_apiserver(authorization_mode="RBAC", extra_users={SA_USER: []})
+    admin = client.ApiClient(srv.client_configuration())
+    kube = Kube(srv.url, srv.admin_token)
+    try:
+        kube.ensure_device_crd()
+        rbac = FAKE_GPUS.parents[1] / "koordlet" / "rbac.yaml"
+        for doc in yaml.safe_load_all(rbac.read_text()):
+            _apply(admin, doc)
+        node = uid("gpu-node")
+        base = {"cpu": "64", "memory": "512Gi", "pods": "110"}
+        kube.post("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node},
+                                    "status": {"capacity": base, "allocatable": base}})  # fmt: skip
+        ns = kube.ensure_namespace(uid("rbac"))
+        sock = Path(f"/tmp/kr-{node}.sock")
+        agent = Agent(
+            ["--node-name", node, "--kubeconfig", srv.kubeconfig_path(srv.token_for(SA_USER)),
+             "--fake-gpus", str(FAKE_GPUS), "--kubelet-root", str(tmp_path), "--sync-interval",
+             "1h", "--socket", str(sock), "--hook-dir", "", "--metrics-bind-address",
+             "127.0.0.1:0"],
+            tmp_path / "koordlet.log",
+        )  # fmt: skip
+        try:
+            wait_for("the hook socket", sock.exists, timeout=60)
+            wait_for("the Device CR", lambda: _get(kube, f"{DEVICES}/{node}"), timeout=60)
+            pod = kube.post(f"/api/v1/namespaces/{ns}/pods", _allocated_pod("p", node))
+            envs = _hook(sock, pod, "train", {"NVIDIA_VISIBLE_DEVICES": "all"})
+            assert envs["NVIDIA_VISIBLE_DEVICES"] == "1"  # fetched with `get pods`
+            _hook(sock, pod, "train", {}, uid_="an-older-pod")  # denied: an event
+            wait_for(
+                "the Warning event posted with the agent's rights",
+                lambda: [e for e in kube.events(ns) if e["reason"] == "GPUAllocationNotServed"],
+                timeout=30,
+            )
+        finally:
+            assert agent.stop() == 0
+        assert "posting a pod event failed" not in (tmp_path / "koordlet.log").read_text()
+    finally:
+        admin.close()
