@@ -103,7 +103,7 @@ class KubeNodeAPI:
         query: list[tuple[str, str]] | None = None,
         body: object = None,
         content_type: str = _JSON,
-        timeout_s: float | None = None,
+        timeout_s: float | tuple[float, float] | None = None,
     ) -> Any:
         headers = {"Accept": _JSON}
         if body is not None:
@@ -181,10 +181,12 @@ class KubeNodeAPI:
         return NodePods(uids=frozenset(uids), allocated=frozenset(allocated), records=records)
 
     def get_pod(self, namespace: str, name: str, timeout_s: float) -> PodRecord:
-        """``koordlet.pods.PodGetter``: one GET, at most ``timeout_s`` seconds."""
+        """``koordlet.pods.PodGetter``: one GET, at most ``timeout_s`` seconds (half to
+        connect, half to read)."""
         path = f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}"
+        half = timeout_s / 2
         try:
-            return decode_pod_record(self._request("GET", path, timeout_s=timeout_s))
+            return decode_pod_record(self._request("GET", path, timeout_s=(half, half)))
         except NotFoundError:
             raise PodMissing(f"pod {namespace}/{name} does not exist") from None
         except ApiError as exc:
