@@ -99,7 +99,8 @@ def test_agent_syncs_at_start_and_on_health_change(
 
     (tmp_path / "health.yaml").write_text(yaml.safe_dump({"GPU-1": {"reason": "Xid79"}}))
     _wait_for(lambda: not api.device("node-1").devices[1].health)  # long before 3600 s
-    assert api.nodes["node-1"].allocatable["koordinator.sh/gpu-core"] == "100"
+    # The same pass patches the Node right after the Device: wait for it, don't race it.
+    _wait_for(lambda: api.nodes["node-1"].allocatable["koordinator.sh/gpu-core"] == "100")
 
     port = a.metrics_server.port if a.metrics_server else 0
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as r:
