@@ -13,6 +13,13 @@ Invariants:
   unhealthy), so the sync loop sees lost cards within one interval.
 - A health change wakes the sync loop at once (``HealthTracker`` -> ``DeviceSyncer.trigger``).
 - ``stop()`` is idempotent and stops only what ``start()`` started.
+- Kubelet-allocated GPUs reach the sync loop at once: from the runtime hook
+  (``kubelet_devices``, kept in ``HotDevices``) and from an inotify watch of the checkpoint
+  (``CheckpointWatcher``); the checkpoint's device-plugin ids are normalised to card UUIDs
+  (``koordlet.deviceids``) before they are published.
+- Every sync pass's pod list refreshes the runtime hook's ``PodCache``.
+- ``deny`` (a container started without GPUs) counts the denial and queues a Warning event
+  on the pod; it never blocks.
 """
 
 from __future__ import annotations
@@ -25,12 +32,18 @@ from typing import Protocol
 import structlog
 from prometheus_client import CollectorRegistry
 
+from apis.checkpoint import PodDeviceEntry
 from apis.device import Device
 from koordlet.checkpoint import DEFAULT_KUBELET_ROOT, CheckpointReader
+from koordlet.checkpointwatch import CheckpointWatcher
+from koordlet.deviceids import normalize_entries
 from koordlet.devices.health import HealthTracker, HealthWatcher, probe_all
 from koordlet.devices.library import GPU, DeviceLibrary, Discovery
+from koordlet.events import EventAPI, EventRecorder
+from koordlet.kubeletdevices import HotDevices
 from koordlet.metrics import GPUCollector, KoordletMetrics, MetricsServer
-from koordlet.reporter import Inventory, desired_device, rfc3339
+from koordlet.pods import PodCache, PodGetter
+from koordlet.reporter import Inventory, NodePods, desired_device, rfc3339
 from koordlet.sync import DeviceSyncer, NodeAPI
 
 __all__ = ["Agent", "NodeInventory", "Service", "report_once"]
@@ -101,7 +114,9 @@ def report_once(
         snapshot = inventory.snapshot()
     finally:
         inventory.close()
-    entries = CheckpointReader(kubelet_root).read()
+    entries = normalize_entries(
+        CheckpointReader(kubelet_root).read(), inventory.gpus, library.mig_parent
+    )
     return desired_device(node_name, snapshot, entries, None, now=rfc3339(clock()))
 
 
@@ -120,19 +135,31 @@ class Agent:
         metrics_address: tuple[str, int] | None = None,
         clock: Callable[[], datetime] = _utcnow,
         services: Sequence[Service] = (),
+        pod_getter: PodGetter | None = None,
+        event_api: EventAPI | None = None,
+        watch_checkpoint: bool = True,
     ) -> None:
         self.node_name = node_name
         self.sync_interval_s = sync_interval_s
         self.metrics = KoordletMetrics(registry)
         self.inventory = NodeInventory(library)
         self.checkpoint = CheckpointReader(kubelet_root, on_error=self.metrics.checkpoint_error)
+        self.pods = PodCache(pod_getter)
+        self.events = EventRecorder(event_api, node_name) if event_api is not None else None
         self.syncer = DeviceSyncer(
             api,
             node_name,
             self.inventory.snapshot,
-            self.checkpoint.read,
+            self.checkpoint_entries,
             clock=clock,
             observer=self.metrics,
+            on_pods=self._pods_listed,
+        )
+        self.hot_devices = HotDevices(on_change=self.syncer.trigger)
+        self.checkpoint_watcher = (
+            CheckpointWatcher(self.checkpoint.path, self.syncer.trigger)
+            if watch_checkpoint
+            else None
         )
         registry.register(
             GPUCollector(
@@ -147,9 +174,40 @@ class Agent:
             if metrics_address is not None
             else None
         )
-        self.services = tuple(services)
+        self.services = list(services)
         self.watcher: HealthWatcher | None = None
         self._started: list[Callable[[], None]] = []
+
+    def add_service(self, service: Service) -> None:
+        """Start ``service`` with the agent (after its own parts); before ``start()``."""
+        self.services.append(service)
+
+    def checkpoint_entries(self) -> tuple[PodDeviceEntry, ...]:
+        """The kubelet's GPU holders: the checkpoint plus what the hook saw, by card UUID."""
+        entries = self.hot_devices.merged(self.checkpoint.read())
+        return normalize_entries(entries, self.inventory.gpus, self.inventory.library.mig_parent)
+
+    def _pods_listed(self, pods: NodePods, listed_at: float) -> None:
+        self.pods.replace(pods.records.values(), listed_at)
+        self.hot_devices.retain(pods.uids, listed_at)
+
+    def kubelet_devices(self, pod_uid: str, container: str, device_ids: tuple[str, ...]) -> None:
+        """The runtime hook saw device-plugin GPUs on a container: publish them now."""
+        self.hot_devices.record(pod_uid, container, device_ids)
+
+    def deny(
+        self, namespace: str, name: str, uid: str, container: str, reason: str, message: str
+    ) -> None:
+        """A container of pod namespace/name was started without GPUs (fail closed)."""
+        self.metrics.hook_denial(reason)
+        if self.events is not None:
+            self.events.warn(
+                namespace,
+                name,
+                uid,
+                "GPUAllocationNotServed",
+                f"container {container!r} started without GPUs ({reason}): {message}",
+            )
 
     def healthy(self) -> bool:
         """``/healthz``: the sync loop is alive."""
@@ -170,6 +228,12 @@ class Agent:
             if self.metrics_server is not None:
                 self.metrics_server.start()
                 self._started.append(self.metrics_server.stop)
+            if self.events is not None:
+                self.events.start()
+                self._started.append(self.events.stop)
+            if self.checkpoint_watcher is not None:
+                self.checkpoint_watcher.start()
+                self._started.append(self.checkpoint_watcher.stop)
             for service in self.services:
                 service.start()
                 self._started.append(service.stop)

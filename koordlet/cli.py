@@ -32,7 +32,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from apis.fairshare import DEFAULT_GEMINI_LIBRARY, DefaultLimit
-from koordlet.agent import Agent, Service, report_once
+from koordlet.agent import Agent, report_once
 from koordlet.checkpoint import DEFAULT_KUBELET_ROOT
 from koordlet.devices.fake import FakeLibrary, FakeSpecError
 from koordlet.devices.library import GPU, DeviceLibrary
@@ -179,10 +179,20 @@ def cmd_run(args: argparse.Namespace) -> int:
         if agent_ref:
             agent_ref[0].metrics.observe(stage, result, seconds)
 
-    services: list[Service] = []
+    agent = Agent(
+        node_name=node_name,
+        library=library,
+        api=api,
+        registry=registry,
+        sync_interval_s=interval,
+        kubelet_root=args.kubelet_root,
+        metrics_address=address,
+        pod_getter=api,
+        event_api=api,
+    )
     fairshare = _fairshare(args, node_name, api, registry, agent_ref, interval)
     if fairshare is not None:
-        services.append(fairshare)
+        agent.add_service(fairshare)
     hooks = hook_service(
         socket_path=args.socket,
         hook_dir=args.hook_dir,
@@ -193,19 +203,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             args.fairshare_hook_library,
             DefaultLimit(args.fairshare_default_limit),
         ),
+        pods=agent.pods,
+        on_denied=agent.deny,
+        on_kubelet_devices=agent.kubelet_devices,
     )
     if hooks is not None:
-        services.append(hooks)
-    agent = Agent(
-        node_name=node_name,
-        library=library,
-        api=api,
-        registry=registry,
-        sync_interval_s=interval,
-        kubelet_root=args.kubelet_root,
-        metrics_address=address,
-        services=services,
-    )
+        agent.add_service(hooks)
     agent_ref.append(agent)
     stop = threading.Event()
 

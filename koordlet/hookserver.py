@@ -10,6 +10,11 @@ never loads grpc and an agent whose grpc is broken still runs (without hooks, lo
 Invariants: ``start()`` serves first, then writes the registration file; ``stop()`` removes
 the registration file first (the proxy stops calling), then stops the server, which removes
 its socket. An empty socket path disables the hook server.
+
+With ``pods`` (the agent's ``PodCache``) the GPU hook works per container and fails closed;
+this module adapts the agent to the hooks' ports (``runtimehooks.ports``): the cache's
+records become ``PodSpec``s, ``PodMissing``/``PodUnavailable`` become ``PodLookupError``s,
+denials go to ``on_denied`` and device-plugin ids to ``on_kubelet_devices``.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import structlog
 from apis.fairshare import DefaultLimit
 from koordlet.fairshare.pods import FairSharePod
 from koordlet.fairshare.server import FairShareServer
+from koordlet.pods import PodCache, PodMissing, PodUnavailable
 
 __all__ = [
     "DEFAULT_HOOK_DIR",
@@ -41,6 +47,54 @@ DEFAULT_SOCKET: Final = "/var/run/koordlet/koordlet.sock"
 log = structlog.get_logger("koordlet.hooks")
 
 Observe = Callable[[str, str, float], None]
+OnDenied = Callable[[str, str, str, str, str, str], None]
+"""(namespace, name, uid, container, reason, message)"""
+OnKubeletDevices = Callable[[str, str, tuple[str, ...]], None]
+"""(pod uid, container, device ids)"""
+
+
+def _hook_ports(
+    pods: PodCache, on_denied: OnDenied | None, on_kubelet_devices: OnKubeletDevices | None
+) -> dict[str, Any]:
+    """The runtimehooks ports over the agent's parts (imports runtimehooks lazily)."""
+    from runtimehooks.context import PodMeta
+    from runtimehooks.ports import (
+        REASON_POD_LOOKUP_ERROR,
+        REASON_POD_NOT_FOUND,
+        ContainerKind,
+        ContainerSpec,
+        Denial,
+        PodLookupError,
+        PodSpec,
+    )
+
+    class Pods:
+        def pod_spec(self, pod: PodMeta) -> PodSpec:
+            try:
+                record = pods.lookup(pod.uid, pod.namespace, pod.name)
+            except PodMissing as exc:
+                raise PodLookupError(REASON_POD_NOT_FOUND, str(exc)) from None
+            except PodUnavailable as exc:
+                raise PodLookupError(REASON_POD_LOOKUP_ERROR, str(exc)) from None
+            return PodSpec(
+                record.uid,
+                tuple(
+                    ContainerSpec(c.name, ContainerKind(c.kind), c.gpu_requests)
+                    for c in record.containers
+                ),
+            )
+
+    class Denials:
+        def denied(self, d: Denial) -> None:
+            if on_denied is not None:
+                on_denied(d.pod.namespace, d.pod.name, d.pod.uid, d.container, d.reason, d.message)
+
+    class KubeletDevices:
+        def container_devices(self, pod: PodMeta, container: str, ids: tuple[str, ...]) -> None:
+            if on_kubelet_devices is not None:
+                on_kubelet_devices(pod.uid, container, ids)
+
+    return {"pods": Pods(), "denials": Denials(), "kubelet_devices": KubeletDevices()}
 
 
 class HookServiceError(Exception):
@@ -99,16 +153,21 @@ class HookService:
         visible_devices_by: str,
         observe: Observe,
         fairshare: FairShareWiring | None = None,
+        pods: PodCache | None = None,
+        on_denied: OnDenied | None = None,
+        on_kubelet_devices: OnKubeletDevices | None = None,
     ) -> None:
         from runtimehooks.hooks import new_default_registry
         from runtimehooks.hooks.gpu import GPUHookOptions
 
         self.socket_path = Path(socket_path)
         self.hook_dir = Path(hook_dir) if os.fspath(hook_dir) else None
+        ports = _hook_ports(pods, on_denied, on_kubelet_devices) if pods is not None else {}
         self.registry = new_default_registry(
             GPUHookOptions(visible_devices_by=visible_devices_by),  # type: ignore[arg-type]
             observer=_Observer(observe),
             fairshare=_fairshare_hook(fairshare) if fairshare is not None else None,
+            **ports,
         )
         self._server: Any = None
         self.registration: Path | None = None
@@ -155,6 +214,9 @@ def hook_service(
     visible_devices_by: str,
     observe: Observe,
     fairshare: FairShareWiring | None = None,
+    pods: PodCache | None = None,
+    on_denied: OnDenied | None = None,
+    on_kubelet_devices: OnKubeletDevices | None = None,
 ) -> HookService | None:
     """The hook service, or None when disabled (empty socket) or unavailable (logged)."""
     if not socket_path:
@@ -167,6 +229,9 @@ def hook_service(
             visible_devices_by=visible_devices_by,
             observe=observe,
             fairshare=fairshare,
+            pods=pods,
+            on_denied=on_denied,
+            on_kubelet_devices=on_kubelet_devices,
         )
     except ImportError as exc:
         log.warning("runtime hook server unavailable: running without it", error=str(exc))

@@ -30,7 +30,8 @@ from yaml import YAMLError
 
 from apis.allocation import ANNOTATION_DEVICE_ALLOCATED
 from apis.device import API_VERSION, KIND, PLURAL, Device, DeviceDecodeError
-from koordlet.fairshare.pods import PodRecord
+from koordlet.fairshare.pods import PodRecord as FairSharePodRecord
+from koordlet.pods import PodMissing, PodRecord, PodUnavailable, decode_pod_record
 from koordlet.reporter import NodePods
 from koordlet.sync import ApiError, ConflictError, NodeState, NotFoundError
 
@@ -103,6 +104,7 @@ class KubeNodeAPI:
         query: list[tuple[str, str]] | None = None,
         body: object = None,
         content_type: str = _JSON,
+        timeout_s: float | tuple[float, float] | None = None,
     ) -> Any:
         headers = {"Accept": _JSON}
         if body is not None:
@@ -117,7 +119,11 @@ class KubeNodeAPI:
                 auth_settings=["BearerToken"],
             )
             resp = self._client.call_api(
-                method, url, header_params=headers, body=body, _request_timeout=self._timeout_s
+                method,
+                url,
+                header_params=headers,
+                body=body,
+                _request_timeout=timeout_s if timeout_s is not None else self._timeout_s,
             )
         except Exception as exc:  # urllib3 transport errors, TLS errors, ApiException(0)
             raise ApiError(0, f"{method} {path}: {exc}") from None
@@ -162,6 +168,7 @@ class KubeNodeAPI:
         )
         uids: set[str] = set()
         allocated: set[str] = set()
+        records: dict[str, PodRecord] = {}
         for pod in obj.get("items") or []:
             meta = pod.get("metadata") or {}
             uid = str(meta.get("uid") or "")
@@ -171,21 +178,39 @@ class KubeNodeAPI:
             uids.add(uid)
             if ANNOTATION_DEVICE_ALLOCATED in (meta.get("annotations") or {}):
                 allocated.add(uid)
-        return NodePods(uids=frozenset(uids), allocated=frozenset(allocated))
+            records[uid] = decode_pod_record(pod)
+        return NodePods(uids=frozenset(uids), allocated=frozenset(allocated), records=records)
 
-    def list_node_pod_records(self, node_name: str) -> list[PodRecord]:
+    def get_pod(self, namespace: str, name: str, timeout_s: float) -> PodRecord:
+        """``koordlet.pods.PodGetter``: one GET, at most ``timeout_s`` seconds (half to
+        connect, half to read)."""
+        path = f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}"
+        half = timeout_s / 2
+        try:
+            return decode_pod_record(self._request("GET", path, timeout_s=(half, half)))
+        except NotFoundError:
+            raise PodMissing(f"pod {namespace}/{name} does not exist") from None
+        except ApiError as exc:
+            raise PodUnavailable(f"reading pod {namespace}/{name} failed: {exc}") from None
+
+    def create_event(self, event: Mapping[str, Any]) -> None:
+        """``koordlet.events.EventAPI``: POST a core/v1 Event into its namespace."""
+        namespace = str((event.get("metadata") or {}).get("namespace") or "default")
+        self._request("POST", f"/api/v1/namespaces/{_q(namespace)}/events", body=dict(event))
+
+    def list_node_pod_records(self, node_name: str) -> list[FairSharePodRecord]:
         """The node's live pods (not Succeeded/Failed) with labels and annotations."""
         obj = self._request(
             "GET", "/api/v1/pods", query=[("fieldSelector", f"spec.nodeName={node_name}")]
         )
-        out: list[PodRecord] = []
+        out: list[FairSharePodRecord] = []
         for pod in obj.get("items") or []:
             meta = pod.get("metadata") or {}
             uid = str(meta.get("uid") or "")
             if not uid or (pod.get("status") or {}).get("phase") in _TERMINAL_PHASES:
                 continue
             out.append(
-                PodRecord(
+                FairSharePodRecord(
                     uid=uid,
                     namespace=str(meta.get("namespace") or ""),
                     name=str(meta.get("name") or ""),

@@ -80,6 +80,18 @@ class KoordletMetrics:
             registry=registry,
         )
 
+        self.hook_denied = Counter(
+            "koordlet_runtime_hook_denied",
+            "Containers of pods with a GPU allocation started without any GPU because the "
+            "allocation could not be served (fail closed), by reason.",
+            ["reason"],
+            registry=registry,
+        )
+
+    def hook_denial(self, reason: str) -> None:
+        """Count one container the GPU hook started without GPUs."""
+        self.hook_denied.labels(reason=reason).inc()
+
     def sync_done(self, result: str) -> None:
         """``koordlet.sync.SyncObserver``: count one sync pass."""
         self.device_sync.labels(result=result).inc()

@@ -63,6 +63,7 @@ from apis.resources import (
 )
 from apis.topology import ANNOTATION_GPU_TOPOLOGY, GPUTopology
 from koordlet.devices.library import GPU, HEALTHY, Health
+from koordlet.pods import PodRecord
 
 __all__ = [
     "GPU_CHECKPOINT_RESOURCES",
@@ -115,10 +116,14 @@ class Inventory:
 
 @dataclass(frozen=True, slots=True)
 class NodePods:
-    """The pods bound to the node: every uid, and those with a ``device-allocated`` annotation."""
+    """The pods bound to the node: every uid, and those with a ``device-allocated`` annotation.
+
+    ``records`` (uid -> ``PodRecord``) feeds the runtime hook's pod cache.
+    """
 
     uids: frozenset[str] = frozenset()
     allocated: frozenset[str] = frozenset()
+    records: Mapping[str, PodRecord] = field(default_factory=dict)
 
 
 def rfc3339(t: datetime) -> str:

@@ -12,6 +12,8 @@ Invariants:
 - A 409 on create or update is retried with a fresh GET (the desired CR is recomputed on the
   fresh object, so condition transition times and foreign fields stay right), at most
   ``max_conflict_retries`` times.
+- The pod list of every pass goes to ``on_pods`` with the monotonic time the list started
+  (the runtime hook's pod cache and the hot kubelet devices live on it).
 - ``sync_once`` never raises: failures are logged and reported as result ``error``; every pass
   reports exactly one result (``created``, ``updated``, ``unchanged``, ``error``) to the
   observer.
@@ -20,6 +22,7 @@ Invariants:
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -145,6 +148,8 @@ class DeviceSyncer:
         clock: Callable[[], datetime] = _utcnow,
         observer: SyncObserver | None = None,
         max_conflict_retries: int = 5,
+        on_pods: Callable[[NodePods, float], None] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._api = api
         self._node_name = node_name
@@ -153,6 +158,8 @@ class DeviceSyncer:
         self._clock = clock
         self._observer = observer
         self._max_conflict_retries = max_conflict_retries
+        self._on_pods = on_pods
+        self._monotonic = monotonic
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -179,7 +186,10 @@ class DeviceSyncer:
 
     def _sync(self) -> str:
         node = self._api.get_node(self._node_name)
+        listed_at = self._monotonic()
         pods = self._api.list_node_pods(self._node_name)
+        if self._on_pods is not None:
+            self._on_pods(pods, listed_at)
         inventory = self._inventory()
         entries = self._checkpoint_entries()
         result, device = self._sync_device(node, inventory, entries, pods)

@@ -30,6 +30,7 @@ the same last ``pcieSwitches`` entry -> Single, any shared switch -> Multiple, t
 ``pcieRoot`` -> HostBridge, the same ``numaNode`` -> Node, both NUMA nodes known -> System,
 else unknown. Examples of whole boxes: ``config/examples/fake-gpus-*.yaml``.
       processes: {4242: 0.5}               # pid -> SM utilization, per-process samples
+      migDevices: [MIG-5d7a...]            # UUIDs of MIG devices on this card
 
 Health file: a mapping from a card's uuid (or its minor, as a string) to
 ``{healthy: false, reason: Xid79, message: ..., lost: false}``; cards not listed are healthy;
@@ -106,6 +107,7 @@ class FakeGPU:
     pcie_switches: tuple[str, ...] = ()
     nvlink: CardLinks | None = None
     processes: Mapping[int, float] = field(default_factory=dict)
+    mig_devices: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +209,9 @@ def _gpu(obj: object, index: int) -> FakeGPU:
         pcie_root=_opt_str(obj, "pcieRoot", path),
         index=index,
     )
+    migs = obj.get("migDevices") or []
+    if not isinstance(migs, list) or not all(isinstance(m, str) and m for m in migs):
+        raise _fail(f"{path}.migDevices", "expected a list of MIG device UUIDs")
     return FakeGPU(
         gpu=gpu,
         memory_used=_bytes(obj, "memoryUsed", path),
@@ -214,6 +219,7 @@ def _gpu(obj: object, index: int) -> FakeGPU:
         pcie_switches=_names(obj.get("pcieSwitches"), f"{path}.pcieSwitches"),
         nvlink=_nvlink(obj.get("nvlink"), minor, f"{path}.nvlink"),
         processes=_processes(obj.get("processes"), f"{path}.processes"),
+        mig_devices=tuple(migs),
     )
 
 
@@ -364,6 +370,7 @@ class FakeLibrary:
     ) -> None:
         self._spec = spec
         self._by_uuid = {g.gpu.uuid: g for g in spec.gpus}
+        self._mig_parents = {m: g.gpu.uuid for g in spec.gpus for m in g.mig_devices}
         self._poll_interval_s = poll_interval_s
         self._monotonic = monotonic
         self._lock = threading.Lock()
@@ -479,3 +486,6 @@ class FakeLibrary:
     def close_health_events(self) -> None:
         self._subscribed = False
         self._stop.set()
+
+    def mig_parent(self, mig_uuid: str) -> str | None:
+        return self._mig_parents.get(mig_uuid)

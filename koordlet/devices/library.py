@@ -15,6 +15,8 @@ Invariants:
 - ``probe`` and ``usage`` never raise for a card that cannot be read: ``probe`` reports it as
   unhealthy (reason ``DeviceQueryFailed``), ``usage`` raises ``DeviceQueryError`` (the one
   exception of the port) so that a scrape can skip the card.
+- ``mig_parent`` resolves a MIG device UUID (a device plugin's id for a MIG slice) to the
+  UUID of its parent card; it never raises (None: no such MIG device, or no MIG support).
 - ``wait_health_event`` blocks at most ``timeout_s`` and returns None on a timeout or an
   event that does not change health (for example an application XID); a ``HealthEvent`` with
   ``uuid == ""`` applies to every card.
@@ -166,4 +168,8 @@ class DeviceLibrary(Protocol):
 
     def close_health_events(self) -> None:
         """Drop the subscription; idempotent."""
+        ...
+
+    def mig_parent(self, mig_uuid: str) -> str | None:
+        """The UUID of the GPU a MIG device (``MIG-...``) lives on; None when unknown."""
         ...

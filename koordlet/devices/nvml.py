@@ -25,6 +25,9 @@ Invariants:
   ``NVML_ERROR_NOT_SUPPORTED`` on its first port has no NVLink (one log line for all such
   cards); any other failed query leaves what it would have told out (logged); topology never
   makes discovery fail.
+- ``mig_parent``: ``nvmlDeviceGetHandleByUUID`` of the MIG device, then
+  ``nvmlDeviceGetDeviceHandleFromMigDeviceHandle`` and the parent's UUID; an NVML error is
+  logged and answers None.
 - Bus ids use NVML's ``busId`` (``00000000:3B:00.0``; ``busIdLegacy`` as a fallback)
   normalized to the sysfs form ``0000:3b:00.0``.
 """
@@ -416,6 +419,17 @@ class NvmlLibrary:
         event_set, self._event_set = self._event_set, None
         if event_set is not None:
             self._free(event_set)
+
+    # -- MIG ----------------------------------------------------------------------------------
+
+    def mig_parent(self, mig_uuid: str) -> str | None:
+        try:
+            mig = pynvml.nvmlDeviceGetHandleByUUID(mig_uuid)
+            parent = pynvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig)
+            return _text(pynvml.nvmlDeviceGetUUID(parent))
+        except pynvml.NVMLError as exc:
+            log.warning("MIG device cannot be resolved to its gpu", mig=mig_uuid, error=str(exc))
+            return None
 
     @staticmethod
     def _free(event_set: Any) -> None:

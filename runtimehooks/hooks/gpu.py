@@ -22,6 +22,19 @@ Invariants:
   ``LD_PRELOAD`` (the HAMi-core library, default ``/usr/local/vgpu/libvgpu.so``).  Without a
   ``gpu-memory-ratio`` (or, when shared, a ``gpu-memory``) in the allocation it is an input
   error, as in Koordinator.
+- Per container (``GPUHook`` with a ``PodSource``, as ``koordlet run`` wires it): only the
+  containers that request GPU resources get the cards; every other container of a pod with a
+  ``gpu`` allocation (init containers and sidecars without GPU requests, ephemeral
+  containers) gets ``NVIDIA_VISIBLE_DEVICES=void``.  Under HAMi-core the per-card memory and
+  compute limits are the container's share (``runtimehooks.hooks.split``), floored, at least 1.
+- Fails closed: for a pod with a ``device-allocated`` annotation the hook never raises.  An
+  annotation it cannot read, a pod it cannot find in time, or any other failure answers the
+  container with ``NVIDIA_VISIBLE_DEVICES=void``, logs one warning line naming the pod and the
+  reason, and reports a ``Denial``.  (The proxy's failure policy is Ignore: an error reply
+  would start the container unchanged, i.e. with the image's ``NVIDIA_VISIBLE_DEVICES=all``.)
+- A pod without ``device-allocated`` is echoed unchanged; when its container is created with
+  device-plugin GPU ids in ``NVIDIA_VISIBLE_DEVICES`` they are reported to the
+  ``KubeletDeviceSink`` (the kubelet handed those cards out; SPEC section 8).
 """
 
 from __future__ import annotations
@@ -29,7 +42,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from fractions import Fraction
 from typing import Final
+
+import structlog
 
 from apis.allocation import (
     ANNOTATION_DEVICE_ALLOCATED,
@@ -40,6 +56,16 @@ from apis.allocation import (
 from apis.device import GPU_ISOLATION_PROVIDER_HAMI_CORE, LABEL_GPU_ISOLATION_PROVIDER
 from apis.resources import DEVICE_GPU, GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO
 from runtimehooks.context import ContainerContext, HookInputError
+from runtimehooks.hooks.split import container_share
+from runtimehooks.ports import (
+    REASON_INTERNAL_ERROR,
+    REASON_INVALID_ALLOCATION,
+    Denial,
+    DenialSink,
+    KubeletDeviceSink,
+    PodLookupError,
+    PodSource,
+)
 
 __all__ = [
     "DEFAULT_HAMI_CORE_LIBRARY",
@@ -48,11 +74,16 @@ __all__ = [
     "ENV_LD_PRELOAD",
     "ENV_NVIDIA_VISIBLE_DEVICES",
     "HOOK_NAME",
+    "NO_GPU",
     "GPUHook",
     "GPUHookOptions",
     "VisibleDevicesBy",
+    "container_env_delta",
+    "device_plugin_ids",
     "gpu_env_delta",
 ]
+
+log = structlog.get_logger("koordlet.runtimehooks.gpu")
 
 HOOK_NAME: Final = "gpu-env-inject"
 ENV_NVIDIA_VISIBLE_DEVICES: Final = "NVIDIA_VISIBLE_DEVICES"
@@ -60,6 +91,9 @@ ENV_CUDA_DEVICE_MEMORY_LIMIT: Final = "CUDA_DEVICE_MEMORY_LIMIT"
 ENV_CUDA_DEVICE_SM_LIMIT: Final = "CUDA_DEVICE_SM_LIMIT"
 ENV_LD_PRELOAD: Final = "LD_PRELOAD"
 DEFAULT_HAMI_CORE_LIBRARY: Final = "/usr/local/vgpu/libvgpu.so"
+NO_GPU: Final = "void"
+"""``NVIDIA_VISIBLE_DEVICES`` of a container that gets no GPU (no devices, no driver files)."""
+_NOT_DEVICE_IDS: Final = frozenset({"", "all", "none", "void"})
 
 _FULL_CARD_PERCENT: Final = 100
 
@@ -138,11 +172,123 @@ def gpu_env_delta(
     return env
 
 
-class GPUHook:
-    """The PreCreateContainer hook: ``ctx`` with the GPU environment set."""
+def _allocated_gpus(raw: str) -> list[DeviceAllocation]:
+    try:
+        return decode_allocations(raw).get(DEVICE_GPU) or []
+    except AllocationDecodeError as err:
+        raise HookInputError(str(err)) from None
 
-    def __init__(self, options: GPUHookOptions | None = None) -> None:
+
+def _scaled(value: int, share: Fraction) -> str:
+    return str(max(1, int(value * share)))
+
+
+def container_env_delta(
+    ctx: ContainerContext, pods: PodSource, options: GPUHookOptions | None = None
+) -> dict[str, str]:
+    """The environment of one container of a pod with a ``device-allocated`` annotation.
+
+    Raises ``HookInputError`` (unreadable annotation) and ``PodLookupError``.
+    """
+    opts = options if options is not None else GPUHookOptions()
+    raw = ctx.pod_annotations.get(ANNOTATION_DEVICE_ALLOCATED)
+    gpus = _allocated_gpus(raw) if raw is not None else []
+    if not gpus:
+        return {}
+    names = [_device_name(i, a, opts.visible_devices_by) for i, a in enumerate(gpus)]
+    pod = pods.pod_spec(ctx.pod_meta)
+    container = pod.container(ctx.container_meta.name)
+    if container is None or not container.requests_gpu:
+        return {ENV_NVIDIA_VISIBLE_DEVICES: NO_GPU}
+    env = {ENV_NVIDIA_VISIBLE_DEVICES: ",".join(names)}
+    if ctx.pod_labels.get(LABEL_GPU_ISOLATION_PROVIDER) != GPU_ISOLATION_PROVIDER_HAMI_CORE:
+        return env
+    hami = _hami_core_env(gpus[0], opts.hami_core_library)
+    if not hami:
+        return env  # whole cards
+    first = gpus[0]
+    ratio = first.resource_value(GPU_MEMORY_RATIO)
+    memory = first.resource_value(GPU_MEMORY)
+    card_bytes = Fraction(memory * 100, ratio) if ratio > 0 else None
+    share = container_share(pod, container, card_bytes)
+    if share.memory == 0 or share.core == 0:
+        return {ENV_NVIDIA_VISIBLE_DEVICES: NO_GPU}  # sidecars started before it hold it all
+    hami[ENV_CUDA_DEVICE_MEMORY_LIMIT] = _scaled(memory, share.memory)
+    if ENV_CUDA_DEVICE_SM_LIMIT in hami:
+        hami[ENV_CUDA_DEVICE_SM_LIMIT] = _scaled(first.resource_value(GPU_CORE), share.core)
+    env.update(hami)
+    return env
+
+
+def device_plugin_ids(envs: Mapping[str, str]) -> tuple[str, ...]:
+    """The device ids a device plugin put in ``NVIDIA_VISIBLE_DEVICES`` (() for none/all)."""
+    value = envs.get(ENV_NVIDIA_VISIBLE_DEVICES, "")
+    if value.strip().lower() in _NOT_DEVICE_IDS:
+        return ()
+    return tuple(dict.fromkeys(p.strip() for p in value.split(",") if p.strip()))
+
+
+class GPUHook:
+    """The PreCreateContainer hook: ``ctx`` with the GPU environment set.
+
+    With ``pods`` the environment is per container and failures are closed (see the module
+    docstring); without it (tests, tools) it is the pod-level ``gpu_env_delta``.
+    """
+
+    def __init__(
+        self,
+        options: GPUHookOptions | None = None,
+        *,
+        pods: PodSource | None = None,
+        denials: DenialSink | None = None,
+        kubelet_devices: KubeletDeviceSink | None = None,
+    ) -> None:
         self.options = options if options is not None else GPUHookOptions()
+        self._pods = pods
+        self._denials = denials
+        self._kubelet_devices = kubelet_devices
 
     def __call__(self, ctx: ContainerContext) -> ContainerContext:
-        return ctx.with_envs(gpu_env_delta(ctx.pod_annotations, ctx.pod_labels, self.options))
+        if self._pods is None:
+            return ctx.with_envs(gpu_env_delta(ctx.pod_annotations, ctx.pod_labels, self.options))
+        if ANNOTATION_DEVICE_ALLOCATED not in ctx.pod_annotations:
+            self._report_kubelet_devices(ctx)
+            return ctx
+        try:
+            return ctx.with_envs(container_env_delta(ctx, self._pods, self.options))
+        except HookInputError as err:
+            return self._deny(ctx, REASON_INVALID_ALLOCATION, str(err))
+        except PodLookupError as err:
+            return self._deny(ctx, err.reason, str(err))
+        except Exception as err:  # a bug must not hand out every GPU either
+            log.error("gpu hook failed", error=repr(err), exc_info=True)
+            return self._deny(ctx, REASON_INTERNAL_ERROR, repr(err))
+
+    def _deny(self, ctx: ContainerContext, reason: str, message: str) -> ContainerContext:
+        pod = ctx.pod_meta
+        container = ctx.container_meta.name
+        log.warning(
+            "gpu allocation not served: container gets no GPU",
+            pod=f"{pod.namespace}/{pod.name}",
+            uid=pod.uid,
+            container=container,
+            reason=reason,
+            error=message,
+        )
+        if self._denials is not None:
+            try:
+                self._denials.denied(Denial(pod, container, reason, message))
+            except Exception as err:
+                log.error("reporting a gpu denial failed", error=repr(err))
+        return ctx.with_envs({ENV_NVIDIA_VISIBLE_DEVICES: NO_GPU})
+
+    def _report_kubelet_devices(self, ctx: ContainerContext) -> None:
+        if self._kubelet_devices is None:
+            return
+        ids = device_plugin_ids(ctx.container_envs)
+        if not ids:
+            return
+        try:
+            self._kubelet_devices.container_devices(ctx.pod_meta, ctx.container_meta.name, ids)
+        except Exception as err:
+            log.error("recording kubelet-allocated gpus failed", error=repr(err))

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import socket
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -260,3 +262,71 @@ def test_bad_kubeconfig(tmp_path: Any) -> None:
     bad.write_text("not: [a kubeconfig")
     with pytest.raises(KubeConfigError):
         KubeNodeAPI.from_kubeconfig(str(bad))
+
+
+# -- the runtime hook's pod fetch and the Warning events -------------------------------------------
+
+
+def test_get_pod_and_create_event(api: KubeNodeAPI, kube_client: client.ApiClient) -> None:
+    from koordlet.events import pod_warning_event
+    from koordlet.pods import ContainerRecord, PodMissing
+
+    core = client.CoreV1Api(kube_client)
+    gpu = client.V1ResourceRequirements(limits={"nvidia.com/gpu": "2"})
+    pod = core.create_namespaced_pod(
+        "default",
+        client.V1Pod(
+            metadata=client.V1ObjectMeta(name=_name("gp")),
+            spec=client.V1PodSpec(
+                init_containers=[client.V1Container(name="init", image="busybox")],
+                containers=[client.V1Container(name="cuda", image="cuda", resources=gpu)],
+            ),
+        ),
+    )
+    try:
+        record = api.get_pod("default", pod.metadata.name, 2.0)
+        assert record.uid == pod.metadata.uid
+        assert record.containers == (
+            ContainerRecord("init", "init", {}),
+            ContainerRecord("cuda", "app", {"nvidia.com/gpu": 2}),
+        )
+        with pytest.raises(PodMissing):
+            api.get_pod("default", _name("absent"), 2.0)
+        event = pod_warning_event(
+            namespace="default",
+            name=pod.metadata.name,
+            uid=pod.metadata.uid,
+            reason="GPUAllocationNotServed",
+            message="m",
+            host="n",
+            now=datetime.now(UTC),
+        )
+        api.create_event(event)
+        events = core.list_namespaced_event(
+            "default", field_selector=f"involvedObject.uid={pod.metadata.uid}"
+        ).items
+        assert [(e.type, e.reason) for e in events] == [("Warning", "GPUAllocationNotServed")]
+    finally:
+        core.delete_namespaced_pod(pod.metadata.name, "default", grace_period_seconds=0)
+
+
+def test_get_pod_from_a_server_that_never_answers_is_unavailable(tmp_path: Any) -> None:
+    from koordlet.pods import PodUnavailable
+
+    with socket.socket() as stalled:  # accepts connections (backlog), never answers
+        stalled.bind(("127.0.0.1", 0))
+        stalled.listen(8)
+        port = stalled.getsockname()[1]
+        cfg = tmp_path / "kubeconfig"
+        cfg.write_text(
+            '{"apiVersion":"v1","kind":"Config","clusters":[{"name":"c","cluster":{"server":'
+            f'"http://127.0.0.1:{port}"}}}}],"users":[{{"name":"u","user":{{"token":"t"}}}}],'
+            '"contexts":[{"name":"c","context":{"cluster":"c","user":"u"}}],'
+            '"current-context":"c"}'
+        )
+        api = KubeNodeAPI.from_kubeconfig(str(cfg), timeout_s=300)  # the fetch has its own bound
+        try:
+            with pytest.raises(PodUnavailable, match="reading pod ns/p failed"):
+                api.get_pod("ns", "p", 1.0)
+        finally:
+            api.close()

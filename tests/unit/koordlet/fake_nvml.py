@@ -481,3 +481,40 @@ def make_sysfs(root: Path, cards: list[Card], numa_override: dict[str, str] | No
         if not link.exists():
             link.symlink_to(Path("..") / ".." / ".." / "devices" / card.root / bridge / bus)
     return root
+
+
+class FakeMigHost:
+    """MIG devices on a ``FakeNvmlHost``: ``migs`` maps a MIG UUID to its card's NVML index.
+
+    ``install`` replaces the two pynvml functions ``NvmlLibrary.mig_parent`` uses.
+    """
+
+    _MIG_BASE = 0x8000
+
+    def __init__(self, host: FakeNvmlHost, migs: dict[str, int]) -> None:
+        self.host = host
+        self.migs = migs
+        self._by_handle: dict[int, int] = {}
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> FakeMigHost:
+        monkeypatch.setattr(pynvml, "nvmlDeviceGetHandleByUUID", self.nvmlDeviceGetHandleByUUID)
+        monkeypatch.setattr(
+            pynvml,
+            "nvmlDeviceGetDeviceHandleFromMigDeviceHandle",
+            self.nvmlDeviceGetDeviceHandleFromMigDeviceHandle,
+        )
+        return self
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> Any:
+        self.host._check_init()
+        if uuid not in self.migs:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_FOUND)
+        value = self._MIG_BASE + len(self._by_handle)
+        self._by_handle[value] = self.migs[uuid]
+        return ctypes.cast(ctypes.c_void_p(value), pynvml.c_nvmlDevice_t)
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, handle: Any) -> Any:
+        value = ctypes.cast(handle, ctypes.c_void_p).value or 0
+        if value not in self._by_handle:
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return FakeNvmlHost.handle(self._by_handle[value])

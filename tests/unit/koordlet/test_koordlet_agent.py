@@ -99,7 +99,8 @@ def test_agent_syncs_at_start_and_on_health_change(
 
     (tmp_path / "health.yaml").write_text(yaml.safe_dump({"GPU-1": {"reason": "Xid79"}}))
     _wait_for(lambda: not api.device("node-1").devices[1].health)  # long before 3600 s
-    assert api.nodes["node-1"].allocatable["koordinator.sh/gpu-core"] == "100"
+    # The same pass patches the Node right after the Device: wait for it, don't race it.
+    _wait_for(lambda: api.nodes["node-1"].allocatable["koordinator.sh/gpu-core"] == "100")
 
     port = a.metrics_server.port if a.metrics_server else 0
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as r:
@@ -202,3 +203,68 @@ def test_report_once_includes_checkpoint_entries(fake: FakeLibrary, tmp_path: Pa
         }
     ]
     assert device.devices[1].conditions[0].reason == HEALTHY.reason
+
+
+# -- kubelet-allocated GPUs reach the Device CR at once ------------------------------------------
+
+from koordlet.reporter import NodePods  # noqa: E402
+
+CHECKPOINTS = "node.koordinator.sh/devices-checkpoints"
+
+
+def _published(api: FakeNodeAPI) -> list[tuple[str, list[str]]]:
+    raw = api.device("node-1").annotations.get(CHECKPOINTS)
+    return [(e["podUID"], e["deviceIDs"]) for e in json.loads(raw)] if raw else []
+
+
+def test_hook_reported_devices_are_published_without_waiting_for_the_poll(
+    agent: tuple[Agent, FakeNodeAPI, Recorder],
+) -> None:
+    a, api, _ = agent
+    api.pods = NodePods(uids=frozenset({"pod-k"}))
+    a.start()
+    _wait_for(lambda: "node-1" in api.devices)
+    a.kubelet_devices("pod-k", "cuda", ("GPU-1::3",))  # a time-slicing replica id
+    _wait_for(lambda: _published(api) == [("pod-k", ["GPU-1"])])  # by card, long before 3600 s
+
+
+def test_checkpoint_writes_are_published_through_the_watch(
+    agent: tuple[Agent, FakeNodeAPI, Recorder], tmp_path: Path
+) -> None:
+    a, api, _ = agent
+    api.pods = NodePods(uids=frozenset({"p1"}))
+    path = checkpoint_path(tmp_path / "kubelet")
+    path.parent.mkdir(parents=True)
+    a.start()
+    _wait_for(lambda: a.checkpoint_watcher is not None and a.checkpoint_watcher.watching)
+    _wait_for(lambda: "node-1" in api.devices)
+    entry = {"PodUID": "p1", "ContainerName": "c", "ResourceName": "nvidia.com/gpu",
+             "DeviceIDs": {"-1": ["0"]}}  # fmt: skip
+    path.write_text(json.dumps({"Data": {"PodDeviceEntries": [entry]}, "Checksum": 1}))
+    _wait_for(lambda: _published(api) == [("p1", ["GPU-0"])])  # NVML index 0 -> its card
+
+
+def test_denials_are_counted_and_posted_as_events(fake: FakeLibrary, tmp_path: Path) -> None:
+    class Events:
+        def __init__(self) -> None:
+            self.posted: list[dict[str, object]] = []
+
+        def create_event(self, event: dict[str, object]) -> None:
+            self.posted.append(event)
+
+    events, registry = Events(), CollectorRegistry()
+    a = Agent(node_name="node-1", library=fake, api=FakeNodeAPI(), registry=registry,
+              kubelet_root=tmp_path, event_api=events, watch_checkpoint=False)  # fmt: skip
+    assert a.events is not None
+    a.events.start()
+    try:
+        a.deny("ns", "p", "uid-p", "main", "pod-not-found", "pod ns/p does not exist")
+        _wait_for(lambda: len(events.posted) == 1)
+    finally:
+        a.events.stop()
+    assert events.posted[0]["type"] == "Warning"
+    assert "container 'main' started without GPUs (pod-not-found)" in str(events.posted[0])
+    value = registry.get_sample_value(
+        "koordlet_runtime_hook_denied_total", {"reason": "pod-not-found"}
+    )
+    assert value == 1.0

@@ -317,7 +317,8 @@ def test_run_stops_cleanly_on_signal(short_dir: Path, sig: signal.Signals) -> No
             resp = api_pb2_grpc.RuntimeHookServiceStub(channel).PreCreateContainerHook(
                 req, timeout=10
             )
-        assert resp.container_envs["NVIDIA_VISIBLE_DEVICES"] == "2"
+        # No API server: the pod cannot be read, so the container gets no GPU (fail closed).
+        assert resp.container_envs["NVIDIA_VISIBLE_DEVICES"] == "void"
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
             metrics = r.read().decode()  # ...and timed into the agent's metrics
         # one request, observed once per hook: the GPU hook and the Gemini fair-share hook
@@ -325,6 +326,7 @@ def test_run_stops_cleanly_on_signal(short_dir: Path, sig: signal.Signals) -> No
             'koordlet_runtime_hook_requests_total{result="success",stage="PreCreateContainer"} 2.0'
             in metrics
         )
+        assert 'koordlet_runtime_hook_denied_total{reason="pod-lookup-error"} 1.0' in metrics
         proc.send_signal(sig)
         _out, err = proc.communicate(timeout=30)
     finally:

@@ -121,6 +121,11 @@ def test_full_card_description(tmp_path: Path) -> None:
             id="bad-utilization",
         ),
         pytest.param(
+            {"gpus": [_gpu_doc(0, migDevices="MIG-1")]},
+            "gpus[0].migDevices: expected a list of MIG device UUIDs",
+            id="mig-devices-not-a-list",
+        ),
+        pytest.param(
             {"gpus": [_gpu_doc(0), _gpu_doc(0, uuid="GPU-x")]},
             "gpus[1].minor: duplicate 0",
             id="duplicate-minor",
@@ -413,3 +418,10 @@ def test_process_samples(tmp_path: Path) -> None:
 def test_bad_process_samples(tmp_path: Path, processes: object) -> None:
     with pytest.raises(FakeSpecError, match=r"gpus\[0\]\.processes"):
         load_fake_spec(_write(tmp_path, {"gpus": [_gpu_doc(0, processes=processes)]}))
+def test_mig_devices_resolve_to_their_card(tmp_path: Path) -> None:
+    spec = parse_fake_spec(
+        {"gpus": [_gpu_doc(0), _gpu_doc(1, uuid="GPU-1", migDevices=["MIG-a", "MIG-b"])]},
+        tmp_path,
+    )
+    lib = FakeLibrary(spec)
+    assert (lib.mig_parent("MIG-b"), lib.mig_parent("MIG-zz")) == ("GPU-1", None)

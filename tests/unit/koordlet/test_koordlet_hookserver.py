@@ -7,6 +7,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -113,7 +114,135 @@ def test_a_path_that_is_not_a_socket_is_a_start_error(short_dir: Path) -> None:
     assert not (short_dir / "h" / "koordlet.json").exists()
 
 
+# -- per container and fail closed, over the agent's pod cache -------------------------------------
+
+from koordlet.pods import ContainerRecord, PodCache, PodMissing, PodRecord  # noqa: E402
+
 SHARED = (
+    '{"gpu":[{"minor":1,"resources":{"koordinator.sh/gpu-core":"60",'
+    '"koordinator.sh/gpu-memory":"12Gi","koordinator.sh/gpu-memory-ratio":"60"},"id":"GPU-1"}]}'
+)
+
+
+class Getter:
+    def __init__(self, *pods: PodRecord) -> None:
+        self.pods = {(p.namespace, p.name): p for p in pods}
+        self.calls = 0
+
+    def get_pod(self, namespace: str, name: str, timeout_s: float) -> PodRecord:
+        self.calls += 1
+        if (namespace, name) not in self.pods:
+            raise PodMissing(f"pod {namespace}/{name} does not exist")
+        return self.pods[(namespace, name)]
+
+
+POD = PodRecord(
+    uid="uid-p",
+    namespace="default",
+    name="p",
+    containers=(
+        ContainerRecord("setup", "init", {}),
+        ContainerRecord("cuda", "app", {"koordinator.sh/gpu-core": 40,
+                                        "koordinator.sh/gpu-memory-ratio": 40}),
+        ContainerRecord("tool", "app", {"koordinator.sh/gpu-core": 20,
+                                        "koordinator.sh/gpu-memory-ratio": 20}),
+        ContainerRecord("logs", "app", {}),
+    ),
+)  # fmt: skip
+
+
+def _container_request(container: str, annotation: str, uid: str = "uid-p") -> Any:
+    req = _request()
+    req.pod_meta.uid = uid
+    req.container_meta.name = container
+    req.pod_labels["koordinator.sh/gpu-isolation-provider"] = "HAMi-core"
+    req.pod_annotations["scheduling.koordinator.sh/device-allocated"] = annotation
+    req.container_envs["NVIDIA_VISIBLE_DEVICES"] = "all"  # as CUDA base images set it
+    return req
+
+
+CONTAINERS = [
+    pytest.param("cuda", SHARED, "uid-p", {"NVIDIA_VISIBLE_DEVICES": "1",
+                 "CUDA_DEVICE_MEMORY_LIMIT": str(8 << 30), "CUDA_DEVICE_SM_LIMIT": "40"},
+                 None, id="gpu-container-gets-its-share"),
+    pytest.param("tool", SHARED, "uid-p", {"NVIDIA_VISIBLE_DEVICES": "1",
+                 "CUDA_DEVICE_MEMORY_LIMIT": str(4 << 30), "CUDA_DEVICE_SM_LIMIT": "20"},
+                 None, id="second-gpu-container"),
+    pytest.param("setup", SHARED, "uid-p", {"NVIDIA_VISIBLE_DEVICES": "void"}, None,
+                 id="init-without-gpu"),
+    pytest.param("logs", SHARED, "uid-p", {"NVIDIA_VISIBLE_DEVICES": "void"}, None,
+                 id="sidecar-without-gpu"),
+    pytest.param("cuda", "{broken", "uid-p", {"NVIDIA_VISIBLE_DEVICES": "void"},
+                 "invalid-allocation", id="unreadable-annotation-closed"),
+    pytest.param("cuda", SHARED, "uid-old", {"NVIDIA_VISIBLE_DEVICES": "void"},
+                 "pod-not-found", id="re-created-pod-closed"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("container", "annotation", "uid", "want", "denied"), CONTAINERS)
+def test_per_container_over_grpc(
+    short_dir: Path,
+    container: str,
+    annotation: str,
+    uid: str,
+    want: dict[str, str],
+    denied: str | None,
+) -> None:
+    sock = short_dir / "koordlet.sock"
+    denials: list[tuple[str, ...]] = []
+    service = hook_service(
+        socket_path=str(sock),
+        hook_dir="",
+        visible_devices_by="minor",
+        observe=Observed(),
+        pods=PodCache(Getter(POD)),
+        on_denied=lambda *args: denials.append(args),
+    )
+    assert service is not None
+    service.start()
+    try:
+        with grpc.insecure_channel(f"unix:{sock}") as channel:
+            stub = api_pb2_grpc.RuntimeHookServiceStub(channel)
+            resp = stub.PreCreateContainerHook(
+                _container_request(container, annotation, uid), timeout=10
+            )
+    finally:
+        service.stop()
+    envs = dict(resp.container_envs)
+    assert {k: v for k, v in envs.items() if k in want} == want
+    assert envs["PATH"] == "/usr/bin"
+    assert ("CUDA_DEVICE_MEMORY_LIMIT" in envs) == ("CUDA_DEVICE_MEMORY_LIMIT" in want)
+    assert [d[4] for d in denials] == ([denied] if denied else [])
+    if denied:
+        assert denials[0][:4] == ("default", "p", uid, container)
+
+
+def test_device_plugin_ids_are_reported(short_dir: Path) -> None:
+    sock = short_dir / "koordlet.sock"
+    seen: list[tuple[str, str, tuple[str, ...]]] = []
+    service = hook_service(
+        socket_path=str(sock), hook_dir="", visible_devices_by="minor", observe=Observed(),
+        pods=PodCache(Getter()), on_kubelet_devices=lambda *a: seen.append(a),
+    )  # fmt: skip
+    assert service is not None
+    service.start()
+    try:
+        req = _request()
+        del req.pod_annotations["scheduling.koordinator.sh/device-allocated"]
+        req.container_envs["NVIDIA_VISIBLE_DEVICES"] = "GPU-1::0"
+        with grpc.insecure_channel(f"unix:{sock}") as channel:
+            resp = api_pb2_grpc.RuntimeHookServiceStub(channel).PreCreateContainerHook(
+                req, timeout=10
+            )
+    finally:
+        service.stop()
+    assert resp.container_envs["NVIDIA_VISIBLE_DEVICES"] == "GPU-1::0"  # unchanged
+    assert seen == [("uid-p", "cuda", ("GPU-1::0",))]
+
+
+# -- Gemini fair share through the hook ---------------------------------------------------
+
+GEMINI_SHARED = (
     '{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"30",'
     '"koordinator.sh/gpu-memory":"2Gi","koordinator.sh/gpu-memory-ratio":"10"}}]}'
 )
@@ -122,7 +251,7 @@ SHARED = (
 def _gemini_request() -> api_pb2.ContainerResourceHookRequest:
     req = _request()
     req.pod_labels["koordinator.sh/gpu-isolation-provider"] = "Gemini"
-    req.pod_annotations["scheduling.koordinator.sh/device-allocated"] = SHARED
+    req.pod_annotations["scheduling.koordinator.sh/device-allocated"] = GEMINI_SHARED
     return req
 
 

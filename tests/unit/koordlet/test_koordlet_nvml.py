@@ -484,3 +484,17 @@ def test_process_utilization_of_a_lost_card_raises(lib: NvmlLibrary, host: FakeN
     next(c for c in host.cards if c.minor == 2).lost = True
     with pytest.raises(DeviceQueryError, match=gpu.uuid):
         lib.process_utilization(gpu, 0)
+# -- MIG devices -> their card ---------------------------------------------------------------------
+
+from tests.unit.koordlet.fake_nvml import FakeMigHost  # noqa: E402
+
+
+def test_mig_parent_resolves_through_nvml(
+    lib: NvmlLibrary, host: FakeNvmlHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    FakeMigHost(host, {"MIG-0f3c-1": 4}).install(monkeypatch)
+    assert lib.init()
+    assert lib.mig_parent("MIG-0f3c-1") == host.cards[4].uuid
+    with capture_logs() as logs:
+        assert lib.mig_parent("MIG-unknown") is None  # NVML_ERROR_NOT_FOUND: logged, None
+    assert logs[0]["event"] == "MIG device cannot be resolved to its gpu"

@@ -133,3 +133,200 @@ def test_options_validate() -> None:
         GPUHookOptions(visible_devices_by="index")  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         GPUHookOptions(hami_core_library="")
+
+
+# -- per container, fail closed (a PodSource wired, as koordlet run does) -------------------------
+
+from runtimehooks.context import ContainerMeta, PodMeta  # noqa: E402
+from runtimehooks.hooks.gpu import NO_GPU, container_env_delta, device_plugin_ids  # noqa: E402
+from runtimehooks.ports import (  # noqa: E402
+    REASON_INTERNAL_ERROR,
+    REASON_INVALID_ALLOCATION,
+    REASON_POD_LOOKUP_ERROR,
+    REASON_POD_NOT_FOUND,
+    ContainerKind,
+    ContainerSpec,
+    Denial,
+    PodLookupError,
+    PodSpec,
+)
+
+POD = PodMeta("train", "uid-1", "ns")
+INIT, SIDECAR, APP = ContainerKind.INIT, ContainerKind.SIDECAR, ContainerKind.APP
+
+
+def c(name: str, kind: ContainerKind = APP, **gpu: int) -> ContainerSpec:
+    names = {"core": "koordinator.sh/gpu-core", "ratio": "koordinator.sh/gpu-memory-ratio",
+             "memory": "koordinator.sh/gpu-memory", "nvidia": "nvidia.com/gpu",
+             "koord": "koordinator.sh/gpu", "aliyun": "aliyun.com/gpu-mem"}  # fmt: skip
+    return ContainerSpec(name, kind, {names[k]: v for k, v in gpu.items()})
+
+
+class FakePods:
+    """A PodSource of our port: answers from a dict, or raises what it is told to."""
+
+    def __init__(self, *pods: PodSpec, error: Exception | None = None) -> None:
+        self.pods = {p.uid: p for p in pods}
+        self.error = error
+        self.asked: list[PodMeta] = []
+
+    def pod_spec(self, pod: PodMeta) -> PodSpec:
+        self.asked.append(pod)
+        if self.error is not None:
+            raise self.error
+        if pod.uid not in self.pods:
+            raise PodLookupError(REASON_POD_NOT_FOUND, f"pod {pod.uid} not found")
+        return self.pods[pod.uid]
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.denials: list[Denial] = []
+        self.devices: list[tuple[PodMeta, str, tuple[str, ...]]] = []
+
+    def denied(self, denial: Denial) -> None:
+        self.denials.append(denial)
+
+    def container_devices(self, pod: PodMeta, container: str, device_ids: tuple[str, ...]) -> None:
+        self.devices.append((pod, container, device_ids))
+
+
+def ctx_of(container: str, annotations: Mapping[str, str], labels: Mapping[str, str] = HAMI,
+           envs: Mapping[str, str] | None = None) -> ContainerContext:  # fmt: skip
+    return ContainerContext(
+        pod_meta=POD,
+        container_meta=ContainerMeta(container),
+        pod_annotations=annotations,
+        pod_labels=labels,
+        container_envs=envs if envs is not None else {"NVIDIA_VISIBLE_DEVICES": "all"},
+    )
+
+
+SHARED = allocated(card(0, core=60, ratio=60, memory=12 * GI), card(1, core=60, ratio=60,
+                   memory=12 * GI))  # fmt: skip
+
+
+def hami(visible: str, memory: int, core: int) -> dict[str, str]:
+    return {"NVIDIA_VISIBLE_DEVICES": visible, "CUDA_DEVICE_MEMORY_LIMIT": str(memory),
+            "CUDA_DEVICE_SM_LIMIT": str(core), "LD_PRELOAD": DEFAULT_HAMI_CORE_LIBRARY}  # fmt: skip
+
+
+VOID = {"NVIDIA_VISIBLE_DEVICES": NO_GPU}
+
+PER_CONTAINER = [
+    pytest.param([c("main", core=120, ratio=120)], "main", hami("0,1", 12 * GI, 60),
+                 id="one-container-gets-the-pod-share"),
+    pytest.param([c("a", core=80, ratio=40), c("b", core=40, ratio=80)], "a",
+                 hami("0,1", 4 * GI, 40), id="two-gpu-containers-first"),
+    pytest.param([c("a", core=80, ratio=40), c("b", core=40, ratio=80)], "b",
+                 hami("0,1", 8 * GI, 20), id="two-gpu-containers-second"),
+    pytest.param([c("a", core=60, ratio=60), c("b", memory=6 * GI)], "b",  # card: 20Gi
+                 hami("0,1", 4 * GI, 20), id="bytes-weighed-with-the-card-size"),
+    pytest.param([c("a", ratio=30), c("b", ratio=90)], "a",
+                 hami("0,1", 3 * GI, 15), id="core-split-like-memory-when-core-not-requested"),
+    pytest.param([c("init", INIT), c("main", core=120, ratio=120)], "init", VOID,
+                 id="init-container-without-gpu-gets-void"),
+    pytest.param([c("init", INIT, core=60, ratio=30), c("main", core=120, ratio=120)], "init",
+                 hami("0,1", 12 * GI, 60), id="init-container-with-gpu-runs-alone"),
+    pytest.param([c("init", INIT, core=60, ratio=30), c("main", core=120, ratio=120)], "main",
+                 hami("0,1", 12 * GI, 60), id="app-not-shared-with-earlier-init"),
+    pytest.param([c("proxy", SIDECAR), c("main", core=120, ratio=120)], "proxy", VOID,
+                 id="sidecar-without-gpu-gets-void"),
+    pytest.param([c("main", core=120, ratio=120), c("logs")], "logs", VOID,
+                 id="app-sidecar-without-gpu-gets-void"),
+    pytest.param([c("mon", SIDECAR, core=30, ratio=30), c("main", core=90, ratio=90)], "mon",
+                 hami("0,1", 3 * GI, 15), id="gpu-sidecar-shares-with-apps"),
+    pytest.param([c("mon", SIDECAR, core=30, ratio=30), c("init", INIT, core=30, ratio=30),
+                  c("main", core=90, ratio=90)], "init",
+                 hami("0,1", 9 * GI, 45), id="init-gets-what-earlier-sidecars-leave"),
+    pytest.param([c("mon", SIDECAR, core=30, ratio=30), c("init", INIT, core=30, ratio=30)],
+                 "init", VOID, id="init-after-sidecars-holding-everything-gets-void"),
+    pytest.param([c("main", core=120, ratio=120)], "debugger", VOID,
+                 id="container-not-in-spec-gets-void"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("containers", "name", "want"), PER_CONTAINER)
+def test_per_container_environment(
+    containers: list[ContainerSpec], name: str, want: dict[str, str]
+) -> None:
+    pods = FakePods(PodSpec("uid-1", tuple(containers)))
+    assert container_env_delta(ctx_of(name, SHARED), pods) == want
+
+
+def test_whole_cards_go_to_every_gpu_container_only() -> None:
+    pods = FakePods(PodSpec("uid-1", (c("a", nvidia=1), c("b", nvidia=1), c("side"))))
+    whole = allocated(card(0), card(1))
+    assert container_env_delta(ctx_of("a", whole), pods) == {"NVIDIA_VISIBLE_DEVICES": "0,1"}
+    assert container_env_delta(ctx_of("side", whole), pods) == VOID
+
+
+def test_running_containers_never_exceed_the_pod_share() -> None:
+    pods = FakePods(PodSpec("uid-1", (c("a", core=1, ratio=40), c("b", core=1, ratio=40),
+                                       c("d", core=118, ratio=40))))  # fmt: skip
+    got = [container_env_delta(ctx_of(n, SHARED), pods) for n in "abd"]
+    assert sum(int(e["CUDA_DEVICE_MEMORY_LIMIT"]) for e in got) <= 12 * GI
+    assert [e["CUDA_DEVICE_SM_LIMIT"] for e in got] == ["1", "1", "59"]  # floored, at least 1
+
+
+DENIALS = [
+    pytest.param({ANNOTATION_DEVICE_ALLOCATED: "{not json"}, FakePods(PodSpec("uid-1")),
+                 REASON_INVALID_ALLOCATION, id="unreadable-annotation"),
+    pytest.param({ANNOTATION_DEVICE_ALLOCATED: '{"gpu":[{"minor":0,"resources":{}}]}'},
+                 FakePods(PodSpec("uid-1", (c("main", core=50, ratio=50),))),
+                 REASON_INVALID_ALLOCATION, id="hami-allocation-without-ratio"),
+    pytest.param(SHARED, FakePods(), REASON_POD_NOT_FOUND, id="pod-not-found"),
+    pytest.param(SHARED, FakePods(error=PodLookupError(REASON_POD_LOOKUP_ERROR, "timed out")),
+                 REASON_POD_LOOKUP_ERROR, id="pod-lookup-timed-out"),
+    pytest.param(SHARED, FakePods(error=RuntimeError("bug")), REASON_INTERNAL_ERROR,
+                 id="unexpected-error"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("annotations", "pods", "reason"), DENIALS)
+def test_failures_close_the_container(
+    annotations: Mapping[str, str], pods: FakePods, reason: str
+) -> None:
+    rec = Recorder()
+    hook = GPUHook(pods=pods, denials=rec)
+    out = hook(ctx_of("main", annotations, envs={"NVIDIA_VISIBLE_DEVICES": "all", "A": "1"}))
+    assert out.container_envs == {"NVIDIA_VISIBLE_DEVICES": NO_GPU, "A": "1"}
+    assert [(d.pod, d.container, d.reason) for d in rec.denials] == [(POD, "main", reason)]
+
+
+def test_a_failing_denial_sink_still_closes() -> None:
+    class Broken:
+        def denied(self, denial: Denial) -> None:
+            raise OSError("queue full")
+
+    out = GPUHook(pods=FakePods(), denials=Broken())(ctx_of("main", SHARED))
+    assert out.container_envs["NVIDIA_VISIBLE_DEVICES"] == NO_GPU
+
+
+def test_pods_without_allocation_are_not_looked_up() -> None:
+    pods = FakePods()
+    ctx = ctx_of("main", {}, envs={"PATH": "/bin"})
+    assert GPUHook(pods=pods)(ctx) is ctx
+    assert pods.asked == []
+
+
+KUBELET_IDS = [
+    pytest.param({"NVIDIA_VISIBLE_DEVICES": "GPU-a::1,GPU-b"}, ("GPU-a::1", "GPU-b"), id="ids"),
+    pytest.param({"NVIDIA_VISIBLE_DEVICES": "0, 1,0"}, ("0", "1"), id="indexes-deduplicated"),
+    pytest.param({"NVIDIA_VISIBLE_DEVICES": "all"}, (), id="all-is-not-an-id"),
+    pytest.param({"NVIDIA_VISIBLE_DEVICES": "void"}, (), id="void"),
+    pytest.param({"NVIDIA_VISIBLE_DEVICES": "none"}, (), id="none"),
+    pytest.param({}, (), id="absent"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("envs", "want"), KUBELET_IDS)
+def test_device_plugin_ids(envs: Mapping[str, str], want: tuple[str, ...]) -> None:
+    assert device_plugin_ids(envs) == want
+
+
+def test_kubelet_allocated_gpus_are_reported_and_env_unchanged() -> None:
+    rec = Recorder()
+    ctx = ctx_of("cuda", {}, envs={"NVIDIA_VISIBLE_DEVICES": "MIG-1234"})
+    assert GPUHook(pods=FakePods(), kubelet_devices=rec)(ctx) is ctx
+    assert rec.devices == [(POD, "cuda", ("MIG-1234",))]
