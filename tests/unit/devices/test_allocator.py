@@ -10,13 +10,13 @@ from hypothesis import strategies as st
 
 from apis.device import Device
 from apis.hints import ANNOTATION_DEVICE_ALLOCATE_HINT, ANNOTATION_DEVICE_JOINT_ALLOCATE
+from scheduler.devices.allocator import allocate, feasible_rows
+from scheduler.devices.ledger import NodeDeviceLedger
+from scheduler.devices.request import CardUse, parse_request
+from scheduler.devices.scoring import Scorer
 from scheduler.framework.status import Code, Status
-from scheduler.plugins.deviceshare.allocator import allocate, feasible_rows
 from scheduler.plugins.deviceshare.args import parse_args
-from scheduler.plugins.deviceshare.ledger import NodeDeviceLedger
-from scheduler.plugins.deviceshare.request import CardUse, parse_request
-from scheduler.plugins.deviceshare.scoring import Scorer
-from tests.unit.plugins.deviceshare.helpers import (
+from tests.unit.devices.helpers import (
     GI,
     bound,
     device,

@@ -2,8 +2,11 @@
 
 Role: Koordinator's ``AutopilotAllocator`` (``device_allocator.go``, ``allocator_gpu.go``,
 ``devicehandler_*.go``) for one node (``allocate``, the reference semantics used by the
-per-node Filter and by Reserve), and its whole-cluster feasibility (``feasible_rows``, used by
-the batch Filter for requests without hints or joint rules).
+per-node Filter and by Reserve), its whole-cluster feasibility (``feasible_rows``, used by
+the batch Filter for requests without hints or joint rules), and the same per-card fit as
+matrices (``card_taken``: which cards of many nodes can give a request and what each would
+take; ``share_after``: what would be left of each) for front ends that rank cards themselves
+(GPUFragmentation).
 
 Per requested device type (gpu, rdma, fpga in that order):
 
@@ -23,7 +26,8 @@ type preferring cards on the primary's PCIe switches (at least one per switch wi
 ``SamePCIe``), and with ``SamePCIe`` the switch sets must be equal, else Unschedulable
 ``node(s) Device Joint-Allocate rules violation``.
 
-Invariants: ``allocate`` is deterministic and never mutates anything; ``feasible_rows`` is True
+Invariants: ``allocate`` is deterministic and never mutates anything; ``card_taken`` is True
+exactly where ``card_amounts`` is not None, with the same amounts; ``feasible_rows`` is True
 for a row exactly when ``allocate`` succeeds on that node for ``request.vectorizable``
 requests, and whenever it succeeds for the others.
 """
@@ -37,10 +41,8 @@ import numpy as np
 
 from apis.hints import SCOPE_NODE
 from apis.resources import DEVICE_GPU, memory_from_ratio, ratio_from_memory
-from scheduler.framework.status import Status, unresolvable, unschedulable
-from scheduler.framework.types import BoolArray
-from scheduler.plugins.deviceshare.ledger import NodeDeviceLedger
-from scheduler.plugins.deviceshare.request import (
+from scheduler.devices.ledger import SHARE, NodeDeviceLedger
+from scheduler.devices.request import (
     GPU_CORE_INDEX,
     GPU_MEMORY_INDEX,
     GPU_RATIO_INDEX,
@@ -49,21 +51,25 @@ from scheduler.plugins.deviceshare.request import (
     DeviceRequest,
     TypeRequest,
 )
-from scheduler.plugins.deviceshare.scoring import Scorer
-from scheduler.plugins.deviceshare.topology import (
+from scheduler.devices.scoring import Scorer
+from scheduler.devices.topology import (
     CardView,
     NodeView,
     choose_scoped,
     choose_whole,
 )
+from scheduler.framework.status import Status, unresolvable, unschedulable
+from scheduler.framework.types import BoolArray, IntArray
 
 __all__ = [
     "ERR_JOINT_VIOLATION",
     "ERR_TOPOLOGY_SCOPED",
     "allocate",
     "card_amounts",
+    "card_taken",
     "feasible_rows",
     "insufficient",
+    "share_after",
 ]
 
 ERR_TOPOLOGY_SCOPED: Final = "Insufficient Topology Scoped GPU Devices"
@@ -207,6 +213,49 @@ def allocate(view: NodeView, request: DeviceRequest, scorer: Scorer) -> list[Car
     return uses
 
 
+def card_taken(ledger: NodeDeviceLedger, treq: TypeRequest, rows: IntArray | slice
+               ) -> tuple[BoolArray, IntArray]:
+    """For the ledger ``rows``: which cards can give ``treq``'s per-card request (exactly
+    where ``card_amounts`` is not None; rows x cards) and what each would take from them
+    (resources x rows x cards; memory and ratio completed as ``card_amounts`` does)."""
+    tbl = ledger.table(treq.device_type)
+    free = tbl.free[:, rows, :]
+    ok: BoolArray = tbl.healthy[rows, :].copy()
+    per = treq.per_device
+    taken: IntArray = np.zeros_like(free)
+    if treq.device_type == DEVICE_GPU:
+        card_memory = tbl.total[GPU_MEMORY_INDEX, rows, :]
+        if treq.requested[GPU_CORE_INDEX]:
+            taken[GPU_CORE_INDEX] = per[GPU_CORE_INDEX]
+        if treq.requested[GPU_RATIO_INDEX]:
+            ratio = per[GPU_RATIO_INDEX]
+            taken[GPU_RATIO_INDEX] = ratio
+            taken[GPU_MEMORY_INDEX] = ratio * card_memory // 100
+        else:
+            memory = per[GPU_MEMORY_INDEX]
+            ok &= card_memory > 0
+            taken[GPU_MEMORY_INDEX] = memory
+            taken[GPU_RATIO_INDEX] = memory * 100 // np.maximum(card_memory, 1)
+        ok &= (free >= taken).all(axis=0)
+    else:
+        taken[0] = per[0]
+        ok &= free[0] >= per[0]
+    return ok, taken
+
+
+def share_after(ledger: NodeDeviceLedger, device_type: str, rows: IntArray | slice,
+                taken: IntArray) -> IntArray:
+    """Each card's ``share`` (thousandths free, as the ledger defines it) after ``taken``
+    (resources x rows x cards) is taken from it; never negative."""
+    tbl = ledger.table(device_type)
+    total = tbl.total[:, rows, :]
+    free = np.maximum(tbl.free[:, rows, :] - taken, 0)
+    declared = total > 0
+    part = np.where(declared, free * SHARE // np.maximum(total, 1), SHARE)
+    out: IntArray = np.where(declared.any(axis=0), part.min(axis=0), 0)
+    return out
+
+
 def feasible_rows(ledger: NodeDeviceLedger, request: DeviceRequest) -> BoolArray:
     """For every ledger row, whether each requested type has ``count`` (at least one) cards
     that fit the per-card request, plus a trailing False (for nodes without a row).
@@ -218,28 +267,10 @@ def feasible_rows(ledger: NodeDeviceLedger, request: DeviceRequest) -> BoolArray
     out = np.zeros(n + 1, bool)
     if n == 0:
         return out
+    rows = slice(0, n)
     ok_rows = np.ones(n, bool)
     for treq in request.types:
-        tbl = ledger.table(treq.device_type)
-        free = tbl.free
-        ok = tbl.healthy[:n].copy()
-        per = treq.per_device
-        if treq.device_type == DEVICE_GPU:
-            if treq.requested[GPU_CORE_INDEX]:
-                ok &= free[GPU_CORE_INDEX, :n] >= per[GPU_CORE_INDEX]
-            card_memory = tbl.total[GPU_MEMORY_INDEX, :n]
-            if treq.requested[GPU_RATIO_INDEX]:
-                ratio = per[GPU_RATIO_INDEX]
-                ok &= free[GPU_RATIO_INDEX, :n] >= ratio
-                ok &= free[GPU_MEMORY_INDEX, :n] >= ratio * card_memory // 100
-            else:
-                memory = per[GPU_MEMORY_INDEX]
-                ok &= card_memory > 0
-                ok &= free[GPU_MEMORY_INDEX, :n] >= memory
-                need = memory * 100 // np.maximum(card_memory, 1)
-                ok &= free[GPU_RATIO_INDEX, :n] >= need
-        else:
-            ok &= free[0, :n] >= per[0]
+        ok, _ = card_taken(ledger, treq, rows)
         if treq.count <= 1:
             ok_rows &= ok.any(axis=1)
         else:

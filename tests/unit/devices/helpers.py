@@ -16,6 +16,8 @@ from apis.core import Pod
 from apis.device import Device
 from apis.quantity import Quantity, int_value
 from apis.resources import GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO, RDMA
+from scheduler.devices.ledger import NodeDeviceLedger
+from scheduler.devices.request import RESOURCES_BY_TYPE
 from scheduler.framework.cycle_state import CycleState
 from scheduler.framework.events import Change
 from scheduler.framework.interfaces import Handle
@@ -23,9 +25,7 @@ from scheduler.framework.status import Status
 from scheduler.framework.types import NodeInfo, Snapshot
 from scheduler.plugins.deviceshare import new_deviceshare
 from scheduler.plugins.deviceshare.args import DeviceShareArgs
-from scheduler.plugins.deviceshare.ledger import NodeDeviceLedger
 from scheduler.plugins.deviceshare.plugin import DeviceShare
-from scheduler.plugins.deviceshare.request import RESOURCES_BY_TYPE
 from tests.builders import ManualClock, PodBuilder, RecordingClient, make_node, make_pod
 
 GI = 1024**3

@@ -15,18 +15,18 @@ from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, DeviceAllocation, encod
 from apis.checkpoint import PodDeviceEntry, encode_devices_checkpoints
 from apis.core import Pod
 from apis.device import ANNOTATION_DEVICES_CHECKPOINTS, Device
-from scheduler.framework.events import Change
-from scheduler.plugins.deviceshare.allocator import allocate
-from scheduler.plugins.deviceshare.ledger import NodeDeviceLedger
-from scheduler.plugins.deviceshare.request import (
+from scheduler.devices.allocator import allocate
+from scheduler.devices.ledger import NodeDeviceLedger
+from scheduler.devices.request import (
     RESERVED,
     CardUse,
     Holding,
     parse_request,
     uses_from_annotation,
 )
-from scheduler.plugins.deviceshare.scoring import Scorer
-from tests.unit.plugins.deviceshare.helpers import (
+from scheduler.devices.scoring import Scorer
+from scheduler.framework.events import Change
+from tests.unit.devices.helpers import (
     GI,
     bound,
     device,
