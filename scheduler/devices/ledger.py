@@ -9,8 +9,9 @@ and ``free``, boolean ``exists``/``healthy`` masks, and per-row sums of ``total`
 allocated part ``total - free``, and ``share``: the free part of each card in thousandths,
 ``min_r(free_r * 1000 // total_r)`` over the card's declared resources (1000 = an idle card,
 0 for an unhealthy or undeclared one). ``row_version`` changes whenever anything of a row
-does, so readers can cache per-row derived values. A node gets a row the first time it has a Device CR or a
-holding; rows and card columns grow by doubling and are updated in place, per change.
+does, so readers can cache per-row derived values. A node gets a row the first time it has a
+Device CR or a holding; rows and card columns grow by doubling and are updated in place, per
+change.
 
 Fed only by the scheduling thread: Device add/update/delete, Pod changes (the
 ``scheduling.koordinator.sh/device-allocated`` annotation of assigned pods of any scheduler),

@@ -44,7 +44,6 @@ def _config(args: Mapping[str, Any]) -> Any:
                             "disabled": [{"name": "*"}],
                             "enabled": [{"name": "GPUFragmentation"}],
                         },
-                        "reserve": {"enabled": [{"name": "GPUFragmentation"}]},
                     },
                     "pluginConfig": [{"name": "GPUFragmentation", "args": dict(args)}],
                 }
@@ -92,7 +91,6 @@ def _pod(name: str, milli: int, count: int = 1, cpu: int = 1000) -> TracePod:
 
 def test_the_hook_keys_are_deviceshares() -> None:
     assert gpufrag_plugin.PREFERRED_GPUS_KEY == deviceshare_plugin.PREFERRED_GPUS_KEY
-    assert gpufrag_plugin.ALLOCATION_KEY == deviceshare_plugin.ALLOCATION_KEY
 
 
 @pytest.mark.parametrize(
@@ -149,36 +147,21 @@ def test_both_score_forms_agree() -> None:
         h.close()
 
 
-def test_reserve_and_the_bind_event_count_once() -> None:
+def _shares(h: Harness, node: str) -> list[int]:
+    ledger = h.plugin.ledger
+    row = ledger.row_of(node)
+    assert row is not None
+    return ledger.table("gpu").share[row, : len(ledger.minors(node, "gpu"))].tolist()
+
+
+def test_reads_the_ledger_deviceshare_reserves_into() -> None:
     h = Harness([TraceNode("n0", 8000, 65536, 2, "T4")])
     try:
         h.place(_pod("a", 500))
-        row = h.plugin.cards.row_of("n0")
-        assert row is not None
-        assert h.plugin.cards.free[row, :2].tolist() == [500, 1000]
+        assert _shares(h, "n0") == [500, 1000]
         h.cluster.delete_pod("openb/a")
         h.sched.drain()
-        assert h.plugin.cards.free[row, :2].tolist() == [1000, 1000]
-    finally:
-        h.close()
-
-
-def test_unreserve_releases_only_a_reservation() -> None:
-    h = Harness([TraceNode("n0", 8000, 65536, 2, "T4")])
-    try:
-        cards = h.plugin.cards
-        allocation = (
-            '{"gpu":[{"minor":1,"resources":{"koordinator.sh/gpu-core":"30",'
-            '"koordinator.sh/gpu-memory-ratio":"30"}}]}'
-        )
-        state = CycleState()
-        state.write(gpufrag_plugin.ALLOCATION_KEY, allocation)
-        pod = h.cluster.apply_pod(pod_object(_pod("x", 300), "nobody"))
-        h.plugin.reserve(state, pod, "n0")
-        row = cards.row_of("n0")
-        assert row is not None and cards.free[row, 1] == 700
-        h.plugin.unreserve(state, pod, "n0")
-        assert cards.free[row, 1] == 1000
+        assert _shares(h, "n0") == [1000, 1000]
     finally:
         h.close()
 
