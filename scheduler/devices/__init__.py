@@ -26,7 +26,13 @@ plugins and the framework), never a plugin.
 
 from __future__ import annotations
 
-from scheduler.devices.allocator import allocate, card_taken, feasible_rows, share_after
+from scheduler.devices.allocator import (
+    allocate,
+    card_fits,
+    card_taken,
+    feasible_rows,
+    share_after,
+)
 from scheduler.devices.ledger import SHARE, NodeDeviceLedger
 from scheduler.devices.overlay import NodeOverlay
 from scheduler.devices.request import (
@@ -55,6 +61,7 @@ __all__ = [
     "ScoringPolicy",
     "TypeRequest",
     "allocate",
+    "card_fits",
     "card_taken",
     "feasible_rows",
     "ledger_of",

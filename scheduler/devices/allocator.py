@@ -4,7 +4,7 @@ Role: Koordinator's ``AutopilotAllocator`` (``device_allocator.go``, ``allocator
 ``devicehandler_*.go``) for one node (``allocate``, the reference semantics used by the
 per-node Filter and by Reserve), its whole-cluster feasibility (``feasible_rows``, used by
 the batch Filter for requests without hints or joint rules), and the same per-card fit as
-matrices (``card_taken``: which cards of many nodes can give a request and what each would
+matrices (``card_fits`` / ``card_taken``: which cards of many nodes can give a request and what each would
 take; ``share_after``: what would be left of each) for front ends that rank cards themselves
 (GPUFragmentation).
 
@@ -66,6 +66,7 @@ __all__ = [
     "ERR_TOPOLOGY_SCOPED",
     "allocate",
     "card_amounts",
+    "card_fits",
     "card_taken",
     "feasible_rows",
     "insufficient",
@@ -213,18 +214,41 @@ def allocate(view: NodeView, request: DeviceRequest, scorer: Scorer) -> list[Car
     return uses
 
 
+def card_fits(ledger: NodeDeviceLedger, treq: TypeRequest, rows: IntArray | slice) -> BoolArray:
+    """For the ledger ``rows``: which cards can give ``treq``'s per-card request (exactly
+    where ``card_amounts`` is not None; rows x cards)."""
+    tbl = ledger.table(treq.device_type)
+    free = tbl.free
+    ok: BoolArray = tbl.healthy[rows].copy()
+    per = treq.per_device
+    if treq.device_type != DEVICE_GPU:
+        ok &= free[0, rows] >= per[0]
+        return ok
+    if treq.requested[GPU_CORE_INDEX]:
+        ok &= free[GPU_CORE_INDEX, rows] >= per[GPU_CORE_INDEX]
+    card_memory = tbl.total[GPU_MEMORY_INDEX, rows]
+    if treq.requested[GPU_RATIO_INDEX]:
+        ratio = per[GPU_RATIO_INDEX]
+        ok &= free[GPU_RATIO_INDEX, rows] >= ratio
+        ok &= free[GPU_MEMORY_INDEX, rows] >= ratio * card_memory // 100
+    else:
+        memory = per[GPU_MEMORY_INDEX]
+        ok &= card_memory > 0
+        ok &= free[GPU_MEMORY_INDEX, rows] >= memory
+        ok &= free[GPU_RATIO_INDEX, rows] >= memory * 100 // np.maximum(card_memory, 1)
+    return ok
+
+
 def card_taken(ledger: NodeDeviceLedger, treq: TypeRequest, rows: IntArray | slice
                ) -> tuple[BoolArray, IntArray]:
-    """For the ledger ``rows``: which cards can give ``treq``'s per-card request (exactly
-    where ``card_amounts`` is not None; rows x cards) and what each would take from them
-    (resources x rows x cards; memory and ratio completed as ``card_amounts`` does)."""
+    """``card_fits`` and what the request would take from each card (resources x rows x
+    cards; memory and ratio completed as ``card_amounts`` does)."""
     tbl = ledger.table(treq.device_type)
-    free = tbl.free[:, rows, :]
-    ok: BoolArray = tbl.healthy[rows, :].copy()
+    ok = card_fits(ledger, treq, rows)
     per = treq.per_device
-    taken: IntArray = np.zeros_like(free)
+    taken: IntArray = np.zeros_like(tbl.free[:, rows])
     if treq.device_type == DEVICE_GPU:
-        card_memory = tbl.total[GPU_MEMORY_INDEX, rows, :]
+        card_memory = tbl.total[GPU_MEMORY_INDEX, rows]
         if treq.requested[GPU_CORE_INDEX]:
             taken[GPU_CORE_INDEX] = per[GPU_CORE_INDEX]
         if treq.requested[GPU_RATIO_INDEX]:
@@ -233,13 +257,10 @@ def card_taken(ledger: NodeDeviceLedger, treq: TypeRequest, rows: IntArray | sli
             taken[GPU_MEMORY_INDEX] = ratio * card_memory // 100
         else:
             memory = per[GPU_MEMORY_INDEX]
-            ok &= card_memory > 0
             taken[GPU_MEMORY_INDEX] = memory
             taken[GPU_RATIO_INDEX] = memory * 100 // np.maximum(card_memory, 1)
-        ok &= (free >= taken).all(axis=0)
     else:
         taken[0] = per[0]
-        ok &= free[0] >= per[0]
     return ok, taken
 
 
@@ -270,7 +291,7 @@ def feasible_rows(ledger: NodeDeviceLedger, request: DeviceRequest) -> BoolArray
     rows = slice(0, n)
     ok_rows = np.ones(n, bool)
     for treq in request.types:
-        ok, _ = card_taken(ledger, treq, rows)
+        ok = card_fits(ledger, treq, rows)
         if treq.count <= 1:
             ok_rows &= ok.any(axis=1)
         else:

@@ -385,6 +385,7 @@ class NodeDeviceLedger:
                         "total": tuple(int(x) for x in tbl.total[:, row, col]),
                         "used": used,
                         "free": tuple(int(x) for x in tbl.free[:, row, col]),
+                        "share": int(tbl.share[row, col]),
                     }
                 if cards:
                     per_type[t] = dict(sorted(cards.items()))

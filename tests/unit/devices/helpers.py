@@ -146,7 +146,10 @@ def verify(ledger: NodeDeviceLedger) -> None:
                 total = meta.declared if meta is not None and meta.healthy else (0,) * n_res
                 assert list(c["used"]) == want, (node, device_type, minor)
                 assert c["total"] == total, (node, device_type, minor)
-                assert list(c["free"]) == [max(t - u, 0) for t, u in zip(total, want, strict=True)]
+                free = [max(t - u, 0) for t, u in zip(total, want, strict=True)]
+                assert list(c["free"]) == free
+                parts = [f * 1000 // t for t, f in zip(total, free, strict=True) if t > 0]
+                assert c["share"] == (min(parts) if parts else 0), (node, device_type, minor)
                 assert c["exists"] == (meta is not None)
                 assert c["healthy"] == (meta is not None and meta.healthy)
             sum_total = tuple(sum(c["total"][i] for c in cards.values()) for i in range(n_res))
