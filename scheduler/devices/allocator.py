@@ -4,7 +4,8 @@ Role: Koordinator's ``AutopilotAllocator`` (``device_allocator.go``, ``allocator
 ``devicehandler_*.go``) for one node (``allocate``, the reference semantics used by the
 per-node Filter and by Reserve), its whole-cluster feasibility (``feasible_rows``, used by
 the batch Filter for requests without hints or joint rules), and the same per-card fit as
-matrices (``card_fits`` / ``card_taken``: which cards of many nodes can give a request and what each would
+matrices (``card_fits`` / ``card_taken``: which cards of many nodes can give a request and
+what each would
 take; ``share_after``: what would be left of each) for front ends that rank cards themselves
 (GPUFragmentation).
 
