@@ -25,7 +25,7 @@ with a method ``get(node_name) -> Sequence[int] | None`` names the GPU minors to
 that node; Reserve allocates on exactly those cards when they satisfy the request (hints and
 all) and falls back to its own choice otherwise. Reserve publishes the allocation it made
 (the ``device-allocated`` text) under ``ALLOCATION_KEY`` for the reserve plugins after it, and
-Unreserve removes it. GPUFragmentation uses both.
+Unreserve removes it. GPUFragmentation uses the first.
 
 Invariants: the entry's request is frozen and only read after PreFilter; the ledger changes
 only through events and Reserve/Unreserve; both Filter forms and both Score forms agree on
