@@ -12,7 +12,8 @@ rather than keep their own picture. Layout, by concern:
 - ``topology``: the read-only card records (``CardView``, ``NodeView``) and the PCIe/NUMA choice;
 - ``scoring``: card and node scores (``Scorer``: LeastAllocated / MostAllocated, weights);
 - ``allocator``: which cards a request gets on a node (``allocate``), whole-cluster feasibility
-  (``feasible_rows``) and the per-card fit as matrices (``card_taken``, ``share_after``);
+  (``feasible_rows``, ``rows_feasible``) and the per-card fit as matrices (``card_fits``,
+  ``card_taken``, ``card_left``);
 - ``overlay``: ``NodeOverlay``, a what-if node over the ledger that never mutates it.
 
 ``ledger_of(handle)`` is the typed accessor: the scheduler's one ledger, created on first use
@@ -29,9 +30,10 @@ from __future__ import annotations
 from scheduler.devices.allocator import (
     allocate,
     card_fits,
+    card_left,
     card_taken,
     feasible_rows,
-    share_after,
+    rows_feasible,
 )
 from scheduler.devices.ledger import SHARE, NodeDeviceLedger
 from scheduler.devices.overlay import NodeOverlay
@@ -62,11 +64,12 @@ __all__ = [
     "TypeRequest",
     "allocate",
     "card_fits",
+    "card_left",
     "card_taken",
     "feasible_rows",
     "ledger_of",
     "parse_request",
-    "share_after",
+    "rows_feasible",
 ]
 
 

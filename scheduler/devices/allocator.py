@@ -6,7 +6,7 @@ per-node Filter and by Reserve), its whole-cluster feasibility (``feasible_rows`
 the batch Filter for requests without hints or joint rules), and the same per-card fit as
 matrices (``card_fits`` / ``card_taken``: which cards of many nodes can give a request and
 what each would
-take; ``share_after``: what would be left of each) for front ends that rank cards themselves
+take; ``card_left``: what would be left of each) for front ends that rank cards themselves
 (GPUFragmentation).
 
 Per requested device type (gpu, rdma, fpga in that order):
@@ -68,10 +68,11 @@ __all__ = [
     "allocate",
     "card_amounts",
     "card_fits",
+    "card_left",
     "card_taken",
     "feasible_rows",
     "insufficient",
-    "share_after",
+    "rows_feasible",
 ]
 
 ERR_TOPOLOGY_SCOPED: Final = "Insufficient Topology Scoped GPU Devices"
@@ -265,17 +266,32 @@ def card_taken(ledger: NodeDeviceLedger, treq: TypeRequest, rows: IntArray | sli
     return ok, taken
 
 
-def share_after(ledger: NodeDeviceLedger, device_type: str, rows: IntArray | slice,
-                taken: IntArray) -> IntArray:
-    """Each card's ``share`` (thousandths free, as the ledger defines it) after ``taken``
-    (resources x rows x cards) is taken from it; never negative."""
-    tbl = ledger.table(device_type)
-    total = tbl.total[:, rows, :]
-    free = np.maximum(tbl.free[:, rows, :] - taken, 0)
-    declared = total > 0
-    part = np.where(declared, free * SHARE // np.maximum(total, 1), SHARE)
-    out: IntArray = np.where(declared.any(axis=0), part.min(axis=0), 0)
-    return out
+def card_left(ledger: NodeDeviceLedger, treq: TypeRequest, rows: IntArray | slice
+              ) -> tuple[BoolArray, IntArray]:
+    """``card_fits`` and each card's ``share`` (thousandths free, as the ledger defines it)
+    once ``treq``'s per-card request is taken from it (rows x cards; never negative)."""
+    tbl = ledger.table(treq.device_type)
+    fits = card_fits(ledger, treq, rows)
+    per = treq.per_device
+    taken: list[IntArray | int] = list(per)
+    if treq.device_type == DEVICE_GPU:
+        card_memory = tbl.total[GPU_MEMORY_INDEX, rows]
+        taken[GPU_CORE_INDEX] = per[GPU_CORE_INDEX] if treq.requested[GPU_CORE_INDEX] else 0
+        if treq.requested[GPU_RATIO_INDEX]:
+            taken[GPU_MEMORY_INDEX] = per[GPU_RATIO_INDEX] * card_memory // 100
+        else:
+            taken[GPU_RATIO_INDEX] = per[GPU_MEMORY_INDEX] * 100 // np.maximum(card_memory, 1)
+    share: IntArray | None = None
+    declared: BoolArray | None = None
+    for i, amount in enumerate(taken):
+        total = tbl.total[i, rows]
+        left = np.maximum(tbl.free[i, rows] - amount, 0)
+        part = np.where(total > 0, left * SHARE // np.maximum(total, 1), SHARE)
+        share = part if share is None else np.minimum(share, part)
+        declared = total > 0 if declared is None else declared | (total > 0)
+    assert share is not None and declared is not None
+    out: IntArray = np.where(declared, share, 0)
+    return fits, out
 
 
 def feasible_rows(ledger: NodeDeviceLedger, request: DeviceRequest) -> BoolArray:
@@ -289,13 +305,17 @@ def feasible_rows(ledger: NodeDeviceLedger, request: DeviceRequest) -> BoolArray
     out = np.zeros(n + 1, bool)
     if n == 0:
         return out
-    rows = slice(0, n)
-    ok_rows = np.ones(n, bool)
+    out[:n] = rows_feasible(ledger, request, slice(0, n))
+    return out
+
+
+def rows_feasible(ledger: NodeDeviceLedger, request: DeviceRequest, rows: IntArray | slice
+                  ) -> BoolArray:
+    """``feasible_rows`` for the given ledger ``rows`` only (each must be < ``n_rows``)."""
+    ok_rows: BoolArray | None = None
     for treq in request.types:
         ok = card_fits(ledger, treq, rows)
-        if treq.count <= 1:
-            ok_rows &= ok.any(axis=1)
-        else:
-            ok_rows &= ok.sum(axis=1) >= treq.count
-    out[:n] = ok_rows
-    return out
+        fit = ok.any(axis=1) if treq.count <= 1 else ok.sum(axis=1) >= treq.count
+        ok_rows = fit if ok_rows is None else ok_rows & fit
+    assert ok_rows is not None
+    return ok_rows

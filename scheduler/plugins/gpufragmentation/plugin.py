@@ -26,7 +26,7 @@ Card state: the plugin keeps none. It reads the scheduler's one device ledger
 free milli-GPU is the ledger's ``share`` (the free part of the card in thousandths, the least
 of gpu-core, gpu-memory-ratio and gpu-memory; unhealthy cards and the cards kubelet-allocated
 pods hold through ``devices-checkpoints`` have none), and which cards can take the pod and
-what each is left with come from the devices allocator (``card_taken``, ``share_after``):
+what each is left with come from the devices allocator (``card_fits``, ``card_left``):
 DeviceShare's own per-card fit, for every request shape it accepts (a shared card, memory
 only, a ratio, N whole cards, ``nvidia.com/gpu``, ...).
 
@@ -67,11 +67,11 @@ from scheduler.devices import (
     DeviceRequest,
     NodeDeviceLedger,
     RequestError,
-    card_taken,
-    feasible_rows,
+    card_fits,
+    card_left,
     ledger_of,
     parse_request,
-    share_after,
+    rows_feasible,
 )
 from scheduler.framework.cycle_state import CycleState
 from scheduler.framework.events import (
@@ -235,8 +235,11 @@ class GPUFragmentation:
         if memory:
             ok &= snapshot.allocatable(MEMORY)[slots] - snapshot.requested(MEMORY)[slots] >= memory
         if request.request is not None and ok.any():
-            ok &= feasible_rows(self.ledger, request.request)[self._slot_rows(snapshot)[slots]]
-        if ok.any():
+            rows = self._slot_rows(snapshot)[slots[ok]]
+            rows = rows[rows < self.ledger.n_rows]
+            if len(rows) and rows_feasible(self.ledger, request.request, rows).any():
+                return None
+        elif ok.any():
             return None
         cpu = Quantity.of(Fraction(request.cpu, 1000)).canonical()
         needs = [f"{cpu} cpu", f"{Quantity.of(memory, BINARY_SI).canonical()} memory"]
@@ -398,9 +401,8 @@ class GPUFragmentation:
             if strategy == FRAGMENTATION_GRADIENT:
                 after = wl.fragmentation(total, s, c, wl.weights(cpu_after, access))
         else:
-            fits, amounts = card_taken(ledger, gpu, safe)
+            fits, left_on = card_left(ledger, gpu, safe)
             fits &= known[:, None]
-            left_on = share_after(ledger, DEVICE_GPU, safe, amounts)
             any_fit = fits.any(axis=1)
             if gpu.count == 1:
                 if strategy == RANDOM:
@@ -466,7 +468,7 @@ class GPUFragmentation:
         gpu = preference.pod.gpu
         if col < 0 or col >= len(minors) or gpu is None:
             return None
-        fits, _ = card_taken(self.ledger, gpu, np.array([row], np.int64))
+        fits = card_fits(self.ledger, gpu, np.array([row], np.int64))
         return (minors[col],) if fits[0, col] else None
 
 
