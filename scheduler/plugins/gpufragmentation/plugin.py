@@ -64,6 +64,7 @@ from apis.device import LABEL_GPU_MODEL
 from apis.quantity import BINARY_SI, Quantity
 from apis.resources import DEVICE_GPU, GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO
 from scheduler.devices import (
+    SHARE,
     DeviceRequest,
     NodeDeviceLedger,
     RequestError,
@@ -404,7 +405,13 @@ class GPUFragmentation:
             fits, left_on = card_left(ledger, gpu, safe)
             fits &= known[:, None]
             any_fit = fits.any(axis=1)
-            if gpu.count == 1:
+            fitting = fits.sum(axis=1)
+            # Whole idle cards left empty: which ones does not matter to the measure, so the
+            # O(nodes x groups) form replaces the per-card one (the same values, exactly).
+            whole = not pod.shared and bool(
+                np.all(share[fits] == SHARE) and not left_on[fits].any()
+            )
+            if gpu.count == 1 and not whole:
                 if strategy == RANDOM:
                     keys = self._np_rng.random(fits.shape)
                     keys[~fits] = np.inf
@@ -420,8 +427,13 @@ class GPUFragmentation:
                 taken = np.where(any_fit, share[idx, pick] - left_on[idx, pick], 0)
                 if strategy != RANDOM:
                     cols = np.where(any_fit, pick, -1).astype(np.int64)
+            elif gpu.count >= 1 and whole:
+                enough = fitting >= gpu.count
+                taken = np.where(enough, gpu.count * SHARE, 0)
+                if strategy == FRAGMENTATION_GRADIENT:
+                    after = wl.after_whole(cpu_after, fitting, total, s, c, access, gpu.count)
             elif gpu.count > 1:
-                enough = fits.sum(axis=1) >= gpu.count
+                enough = fitting >= gpu.count
                 chosen = fits & (np.cumsum(fits, axis=1) <= gpu.count) & enough[:, None]
                 trial = np.where(chosen, left_on, share)
                 taken = (share - trial).sum(axis=1)
