@@ -315,7 +315,9 @@ def rows_feasible(ledger: NodeDeviceLedger, request: DeviceRequest, rows: IntArr
     ok_rows: BoolArray | None = None
     for treq in request.types:
         ok = card_fits(ledger, treq, rows)
-        fit = ok.any(axis=1) if treq.count <= 1 else ok.sum(axis=1) >= treq.count
+        fit: BoolArray = (
+            np.any(ok, axis=1) if treq.count <= 1 else np.sum(ok, axis=1) >= treq.count
+        )
         ok_rows = fit if ok_rows is None else ok_rows & fit
     assert ok_rows is not None
     return ok_rows
