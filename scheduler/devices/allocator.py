@@ -36,9 +36,10 @@ requests, and whenever it succeeds for the others.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
+import numpy.typing as npt
 
 from apis.hints import SCOPE_NODE
 from apis.resources import DEVICE_GPU, memory_from_ratio, ratio_from_memory
@@ -216,28 +217,36 @@ def allocate(view: NodeView, request: DeviceRequest, scorer: Scorer) -> list[Car
     return uses
 
 
+def _take(matrix: npt.NDArray[Any], rows: IntArray | slice) -> npt.NDArray[Any]:
+    """``matrix[rows]`` (rows of a 2-D matrix); ``np.take`` for index arrays (a plain gather,
+    far cheaper than numpy's general fancy indexing)."""
+    if isinstance(rows, slice):
+        return matrix[rows]
+    return np.take(matrix, rows, axis=0)
+
+
 def card_fits(ledger: NodeDeviceLedger, treq: TypeRequest, rows: IntArray | slice) -> BoolArray:
     """For the ledger ``rows``: which cards can give ``treq``'s per-card request (exactly
     where ``card_amounts`` is not None; rows x cards)."""
     tbl = ledger.table(treq.device_type)
     free = tbl.free
-    ok: BoolArray = tbl.healthy[rows].copy()
+    ok: BoolArray = _take(tbl.healthy, rows).copy()
     per = treq.per_device
     if treq.device_type != DEVICE_GPU:
-        ok &= free[0, rows] >= per[0]
+        ok &= _take(free[0], rows) >= per[0]
         return ok
     if treq.requested[GPU_CORE_INDEX]:
-        ok &= free[GPU_CORE_INDEX, rows] >= per[GPU_CORE_INDEX]
-    card_memory = tbl.total[GPU_MEMORY_INDEX, rows]
+        ok &= _take(free[GPU_CORE_INDEX], rows) >= per[GPU_CORE_INDEX]
+    card_memory = _take(tbl.total[GPU_MEMORY_INDEX], rows)
     if treq.requested[GPU_RATIO_INDEX]:
         ratio = per[GPU_RATIO_INDEX]
-        ok &= free[GPU_RATIO_INDEX, rows] >= ratio
-        ok &= free[GPU_MEMORY_INDEX, rows] >= ratio * card_memory // 100
+        ok &= _take(free[GPU_RATIO_INDEX], rows) >= ratio
+        ok &= _take(free[GPU_MEMORY_INDEX], rows) >= ratio * card_memory // 100
     else:
         memory = per[GPU_MEMORY_INDEX]
         ok &= card_memory > 0
-        ok &= free[GPU_MEMORY_INDEX, rows] >= memory
-        ok &= free[GPU_RATIO_INDEX, rows] >= memory * 100 // np.maximum(card_memory, 1)
+        ok &= _take(free[GPU_MEMORY_INDEX], rows) >= memory
+        ok &= _take(free[GPU_RATIO_INDEX], rows) >= memory * 100 // np.maximum(card_memory, 1)
     return ok
 
 
@@ -250,7 +259,7 @@ def card_taken(ledger: NodeDeviceLedger, treq: TypeRequest, rows: IntArray | sli
     per = treq.per_device
     taken: IntArray = np.zeros_like(tbl.free[:, rows])
     if treq.device_type == DEVICE_GPU:
-        card_memory = tbl.total[GPU_MEMORY_INDEX, rows]
+        card_memory = _take(tbl.total[GPU_MEMORY_INDEX], rows)
         if treq.requested[GPU_CORE_INDEX]:
             taken[GPU_CORE_INDEX] = per[GPU_CORE_INDEX]
         if treq.requested[GPU_RATIO_INDEX]:
@@ -275,7 +284,7 @@ def card_left(ledger: NodeDeviceLedger, treq: TypeRequest, rows: IntArray | slic
     per = treq.per_device
     taken: list[IntArray | int] = list(per)
     if treq.device_type == DEVICE_GPU:
-        card_memory = tbl.total[GPU_MEMORY_INDEX, rows]
+        card_memory = _take(tbl.total[GPU_MEMORY_INDEX], rows)
         taken[GPU_CORE_INDEX] = per[GPU_CORE_INDEX] if treq.requested[GPU_CORE_INDEX] else 0
         if treq.requested[GPU_RATIO_INDEX]:
             taken[GPU_MEMORY_INDEX] = per[GPU_RATIO_INDEX] * card_memory // 100
@@ -284,8 +293,8 @@ def card_left(ledger: NodeDeviceLedger, treq: TypeRequest, rows: IntArray | slic
     share: IntArray | None = None
     declared: BoolArray | None = None
     for i, amount in enumerate(taken):
-        total = tbl.total[i, rows]
-        left = np.maximum(tbl.free[i, rows] - amount, 0)
+        total = _take(tbl.total[i], rows)
+        left = np.maximum(_take(tbl.free[i], rows) - amount, 0)
         part = np.where(total > 0, left * SHARE // np.maximum(total, 1), SHARE)
         share = part if share is None else np.minimum(share, part)
         declared = total > 0 if declared is None else declared | (total > 0)

@@ -74,6 +74,7 @@ from scheduler.devices import (
     parse_request,
     rows_feasible,
 )
+from scheduler.devices.request import GPU_RATIO_INDEX
 from scheduler.framework.cycle_state import CycleState
 from scheduler.framework.events import (
     ASSIGNED_POD_DELETE,
@@ -385,8 +386,9 @@ class GPUFragmentation:
         known = rows < ledger.n_rows
         safe = np.where(known, rows, 0)
         crow = np.where(known, rows, cache.capacity)
-        share = ledger.table(DEVICE_GPU).share[safe] * known[:, None]
-        total, s, c = cache.total[crow], cache.s[crow], cache.c[crow]
+        share = np.take(ledger.table(DEVICE_GPU).share, safe, axis=0) * known[:, None]
+        total = np.take(cache.total, crow)
+        s, c = np.take(cache.s, crow, axis=0), np.take(cache.c, crow, axis=0)
         cpu_after = cpu - pod.cpu
         gpu = pod.gpu
         strategy = self.args.strategy
@@ -394,7 +396,7 @@ class GPUFragmentation:
         after: F64 = np.full(n, np.inf)
         taken = np.zeros(n, np.int64)
         access = (
-            self._slot_access(snapshot, wl)[slots]
+            np.take(self._slot_access(snapshot, wl), slots, axis=0)
             if strategy == FRAGMENTATION_GRADIENT
             else np.zeros((n, len(wl.shapes)), bool)
         )
@@ -402,15 +404,30 @@ class GPUFragmentation:
             if strategy == FRAGMENTATION_GRADIENT:
                 after = wl.fragmentation(total, s, c, wl.weights(cpu_after, access))
         else:
-            fits, left_on = card_left(ledger, gpu, safe)
+            view_all = 2 * n >= ledger.n_rows  # most rows: views of the tables, then pick
+            span: IntArray | slice = slice(0, max(ledger.n_rows, 1)) if view_all else safe
+            fits = card_fits(ledger, gpu, span)
+            if view_all:
+                fits = np.take(fits, safe, axis=0)
             fits &= known[:, None]
             any_fit = fits.any(axis=1)
             fitting = fits.sum(axis=1)
-            # Whole idle cards left empty: which ones does not matter to the measure, so the
+            # Whole idle cards left empty (every fitting card idle, and the request takes its
+            # whole memory ratio): which ones does not matter to the measure, so the
             # O(nodes x groups) form replaces the per-card one (the same values, exactly).
-            whole = not pod.shared and bool(
-                np.all(share[fits] == SHARE) and not left_on[fits].any()
+            ratio_total = np.take(ledger.table(DEVICE_GPU).total[GPU_RATIO_INDEX], safe, axis=0)
+            whole = (
+                not pod.shared
+                and gpu.requested[GPU_RATIO_INDEX]
+                and bool(np.all(share[fits] == SHARE))
+                and bool(np.all(
+                    (ratio_total[fits] > 0) & (ratio_total[fits] <= gpu.per_device[GPU_RATIO_INDEX])
+                ))
             )
+            left_on = share
+            if not whole:
+                _, left_all = card_left(ledger, gpu, span)
+                left_on = np.take(left_all, safe, axis=0) if view_all else left_all
             if gpu.count == 1 and not whole:
                 if strategy == RANDOM:
                     keys = self._np_rng.random(fits.shape)
@@ -452,7 +469,7 @@ class GPUFragmentation:
             assert strategy == FRAGMENTATION_GRADIENT
             before = wl.fragmentation(total, s, c, wl.weights(cpu, access))
             primary = primary_gradient(self.args, wl, before, after, total, left, cpu, cpu_after)
-        n_cards = cache.n_cards[crow] if len(cache.n_cards) else np.zeros(n, np.int64)
+        n_cards = np.take(cache.n_cards, crow) if len(cache.n_cards) else np.zeros(n, np.int64)
         return with_ties(self.args.tie_break, primary, n_cards, left, slots), cols
 
     # -- the card choice DeviceShare asks for --------------------------------------------------
