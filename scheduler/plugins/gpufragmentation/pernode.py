@@ -6,10 +6,10 @@ its inputs by another path than the batch form: the node's cards from the ledger
 ``node_view`` (not the matrices, the per-row cache or the slot-to-row map), each card's free
 milli-GPU computed here from its free and total amounts, the fit and what the pod takes from
 each card from DeviceShare's per-card reference ``card_amounts`` (not the vectorized
-``card_taken``), and ``F_n(M)`` from the measure's reference ``node_fragmentation`` (not the
-grouped ``Workload`` arithmetic). Only the final arithmetic of a score (``primary`` and
-``with_ties``: quantization and the packing of the tie-break key) is shared, on purpose, so
-that both forms apply the very same float operations.
+``card_fits`` / ``card_left``), and ``F_n(M)`` from the measure's reference
+``node_fragmentation`` (not the grouped ``Workload`` arithmetic). Only the final arithmetic of
+a score (``primary`` and ``with_ties``: quantization and the packing of the tie-break key) is
+shared, on purpose, so that both forms apply the very same float operations.
 
 Invariants: pure functions; a node that cannot take the pod has ``after = inf`` (primary
 ``-PRIMARY_LIMIT``) and takes 0 milli-GPU; a card's free milli-GPU is the least over its
