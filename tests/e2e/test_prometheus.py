@@ -116,15 +116,15 @@ def stack(
             timeout=90,
         )
         sched.wait_ready(timeout=60)
-        pods = [shared_gpu(f"a{i}", scheduler, p, node_selector={"kubernetes.io/hostname": node_a})
-                for i, p in enumerate((30, 50, 100, 70))]  # fmt: skip
-        pods += [shared_gpu(f"b{i}", scheduler, 40, node_selector={"kubernetes.io/hostname": node_b})
-                 for i in range(2)]  # fmt: skip
+        on_a, on_b = {"kubernetes.io/hostname": node_a}, {"kubernetes.io/hostname": node_b}
+        pods = [
+            shared_gpu(f"a{i}", scheduler, p, node_selector=on_a)
+            for i, p in enumerate((30, 50, 100, 70))
+        ]
+        pods += [shared_gpu(f"b{i}", scheduler, 40, node_selector=on_b) for i in range(2)]
         # Never fits: more cards than any node has, and a whole card more than B's healthy one.
         pods.append(gpu_pod("huge", scheduler, {GPU_CORE: "800", GPU_RATIO: "800"}, selector))
-        pods.append(
-            gpu_pod("b-full", scheduler, {GPU_CORE: "200"}, {"kubernetes.io/hostname": node_b})
-        )
+        pods.append(gpu_pod("b-full", scheduler, {GPU_CORE: "200"}, on_b))
         kube.create_pods(ns, pods)
         bound_names = {p["metadata"]["name"] for p in pods} - {"huge", "b-full"}
 
