@@ -24,10 +24,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Final
 
 import structlog
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from apis.version import python_version, version
 from koordlet.devices.library import GPU, HEALTHY, DeviceLibrary, DeviceQueryError, Health
 
 __all__ = [
@@ -77,6 +78,14 @@ class KoordletMetrics:
             buckets=HOOK_BUCKETS,
             registry=registry,
         )
+
+        self.build_info = Gauge(
+            "koordlet_build_info",
+            "Always 1; the labels say which koord-py version and Python this agent runs.",
+            ["version", "python_version"],
+            registry=registry,
+        )
+        self.build_info.labels(version(), python_version()).set(1)
 
     def sync_done(self, result: str) -> None:
         """``koordlet.sync.SyncObserver``: count one sync pass."""

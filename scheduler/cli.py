@@ -146,6 +146,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             renew_deadline=le.renew_deadline,
             retry_period=le.retry_period,
         )
+    metrics.watch_leader(le.resource_name, lambda: elector is None or elector.leading)
     scheduler_thread = threading.current_thread()
 
     def threads_alive() -> str | None:

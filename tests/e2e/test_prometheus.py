@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.e2e
 
 FAKE_GPUS = REPO_ROOT / "config" / "examples" / "fake-gpus.yaml"
+RULES = REPO_ROOT / "config" / "prometheus" / "rules.yaml"
 DASHBOARD = REPO_ROOT / "config" / "grafana" / "koord-py-dashboard.json"
 CORE = 'resource="koordinator.sh/gpu-core"'
 
@@ -109,6 +110,7 @@ def stack(
                 "koordlet": [f"127.0.0.1:{agent_port}"],
             },
             tmp,
+            rule_files=[RULES],
         ).start()
         wait_for(
             "koordlet's GPU totals on its node",
@@ -119,7 +121,7 @@ def stack(
         on_a, on_b = {"kubernetes.io/hostname": node_a}, {"kubernetes.io/hostname": node_b}
         pods = [
             shared_gpu(f"a{i}", scheduler, p, node_selector=on_a)
-            for i, p in enumerate((30, 50, 100, 70))
+            for i, p in enumerate((20, 30, 40, 50))  # fits under any card-spreading order
         ]
         pods += [shared_gpu(f"b{i}", scheduler, 40, node_selector=on_b) for i in range(2)]
         # Never fits: more cards than any node has, and a whole card more than B's healthy one.
@@ -133,7 +135,11 @@ def stack(
             done = {p["metadata"]["name"] for p in got if p["spec"].get("nodeName")}
             return got if done >= bound_names else None
 
-        wait_for("the placeable pods to be bound", all_bound, timeout=120, interval=0.5)
+        try:
+            wait_for("the placeable pods to be bound", all_bound, timeout=180, interval=0.5)
+        except AssertionError as exc:
+            state = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in kube.pods(ns)}
+            raise AssertionError(f"{exc}\npods: {state}\n{sched.log_tail(15)}") from None
         yield {
             "kube": kube,
             "prom": prom,
@@ -180,7 +186,7 @@ def test_allocated_gpu_core_per_node_matches_the_pods_annotations(stack: dict[st
     assert set(truth) == {(n,) for n in stack["nodes"]}
     query = f"sum by (node) (koord_scheduler_device_allocated{{{CORE},{_ours(stack)}}})"
     got = stack["prom"].wait_query("allocation", query, lambda r: vector(r, "node") == truth)
-    assert vector(got, "node") == truth == {(stack["nodes"][0],): 250.0, (stack["nodes"][1],): 80.0}
+    assert vector(got, "node") == truth == {(stack["nodes"][0],): 140.0, (stack["nodes"][1],): 80.0}
 
 
 def test_pending_gpu_pods_match_the_unbound_pods(stack: dict[str, Any]) -> None:
@@ -221,6 +227,34 @@ def test_unhealthy_cards_match_the_device_crs(stack: dict[str, Any]) -> None:
         lambda r: vector(r, "node", "minor") == agent_truth,
     )
     assert vector(agent, "node", "minor") == agent_truth
+
+
+def test_recording_rules_and_alerts_on_live_data(stack: dict[str, Any]) -> None:
+    """rules.yaml loaded by the real server: the per-node recording rule equals the pods' truth
+    and the unhealthy-card alert is pending for exactly the two unhealthy cards."""
+    prom, (a, b) = stack["prom"], stack["nodes"]
+    truth = {(a,): 140.0, (b,): 80.0}
+    got = prom.wait_query(
+        "recording rule",
+        f'koord:node_gpu_core_allocated:sum{{node=~"{a}|{b}"}}',
+        lambda r: vector(r, "node") == truth,
+    )
+    assert vector(got, "node") == truth
+    alerts = prom.wait_query(
+        "KoordGPUUnhealthy pending",
+        f'ALERTS{{alertname="KoordGPUUnhealthy",node=~"{a}|{b}"}}',
+        lambda r: len(r) == 2,
+    )
+    assert sorted((r["metric"]["node"], r["metric"]["minor"]) for r in alerts) == sorted(
+        [(a, "3"), (b, "1")]
+    )
+    leader = prom.wait_query("leader gauge", "leader_election_master_status", bool)
+    assert [float(r["value"][1]) for r in leader] == [1.0]  # no leader election: it leads
+    info = prom.wait_query("build info", "koord_scheduler_build_info or koordlet_build_info", bool)
+    assert sorted(r["metric"]["__name__"] for r in info) == [
+        "koord_scheduler_build_info",
+        "koordlet_build_info",
+    ]
 
 
 @pytest.mark.parametrize("target", ["scheduler", "koordlet"])
