@@ -31,6 +31,7 @@ import structlog
 import yaml
 from prometheus_client import CollectorRegistry
 
+from apis.version import version_line
 from koordlet.agent import Agent, Service, report_once
 from koordlet.checkpoint import DEFAULT_KUBELET_ROOT
 from koordlet.devices.fake import FakeLibrary, FakeSpecError
@@ -262,6 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"HOST:PORT for /metrics and /healthz (default :{DEFAULT_METRICS_PORT})",
     )
     run.set_defaults(func=cmd_run)
+    for p in (parser, rep, run):  # --version on the command and every subcommand
+        p.add_argument("--version", action="version", version=version_line(PROG))
     return parser
 
 

@@ -410,7 +410,16 @@ def build_parser() -> argparse.ArgumentParser:
     sim.set_defaults(func=cmd_simulate)
     _add_run(sub)
     _add_inspect(sub)
+    _add_version(parser, sub)
     return parser
+
+
+def _add_version(parser: argparse.ArgumentParser, sub: Any) -> None:
+    """``--version`` on the command and on every subcommand (added last, so it sees them all)."""
+    from apis.version import version_line
+
+    for p in (parser, *sub.choices.values()):
+        p.add_argument("--version", action="version", version=version_line(PROG))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
