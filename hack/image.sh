@@ -96,22 +96,29 @@ py="${PYTHON:-python3}"
   || die "pip wheel failed"
 wheel="$(find "$work/wheels" -name 'koord_py-*.whl' | head -n1)"
 [[ -n "$wheel" ]] || die "no koord_py wheel built"
-cp "$wheel" "$rootfs/tmp/"
-cp /etc/resolv.conf "$rootfs/etc/resolv.conf"
+# The dependencies come from the package index this machine's pip is configured for (PyPI or
+# its mirror), downloaded here for the rootfs's CPython 3.11 and installed there offline.
+log "downloading the dependencies (pip download, CPython 3.11 manylinux wheels)"
+"$py" -m pip download --quiet --disable-pip-version-check --only-binary=:all: \
+  --python-version 3.11 --implementation cp --platform manylinux2014_x86_64 \
+  --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 --platform any \
+  -d "$work/wheels" "$wheel" >&2 || die "pip download of the dependencies failed"
+mkdir -p "$rootfs/tmp/wheels"
+cp "$work/wheels"/*.whl "$rootfs/tmp/wheels/"
 
-log "installing $(basename "$wheel") and its dependencies from PyPI into /opt/koord-py"
+log "installing $(basename "$wheel") and its dependencies into /opt/koord-py"
 mount -t proc proc "$rootfs/proc" || die "cannot mount proc in the rootfs"
 chroot "$rootfs" /bin/sh -euc "
   python3 -m venv /opt/koord-py
-  /opt/koord-py/bin/pip install --quiet --no-cache-dir --disable-pip-version-check /tmp/$(basename "$wheel")
-  rm -f /tmp/*.whl
+  /opt/koord-py/bin/pip install --quiet --no-cache-dir --disable-pip-version-check \
+    --no-index --find-links /tmp/wheels /tmp/wheels/$(basename "$wheel")
+  rm -rf /tmp/wheels
   /opt/koord-py/bin/koord-scheduler --version
   echo 'koord:x:65532:65532:koord-py:/nonexistent:/usr/sbin/nologin' >>/etc/passwd
   echo 'koord:x:65532:' >>/etc/group
   ln -s /opt/koord-py/bin/koord-scheduler /opt/koord-py/bin/koordlet /usr/local/bin/
 " >&2 || die "installing the wheel in the rootfs failed"
 umount "$rootfs/proc"
-: >"$rootfs/etc/resolv.conf"
 find "$rootfs/opt/koord-py" -name '__pycache__' -prune -o -name '*.pyc' -print0 | xargs -0 rm -f
 
 log "committing $image with podman"
