@@ -68,6 +68,19 @@ mkdir -p "$cache" "$out"
 exec 9>"$cache/image.lock"
 flock 9 || die "cannot lock $cache/image.lock"
 
+# The same sources make the same image: skip the build when the image carries their hash.
+src_hash="$(cd "$repo" && find apis scheduler koordlet runtimehooks pyproject.toml README.md \
+  -type f \( -name '*.py' -o -name '*.toml' -o -name '*.md' -o -name '*.proto' \) -print0 \
+  | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)"
+archive="$out/koord-py-$version.oci.tar"
+if [[ "${FORCE:-0}" != 1 && -s "$archive" ]] \
+  && [[ "$(podman image inspect --format '{{index .Config.Labels "org.koord-py.source-hash"}}' \
+        "$image" 2>/dev/null)" == "$src_hash" ]]; then
+  log "$image is up to date with the sources ($src_hash); FORCE=1 rebuilds"
+  printf 'IMAGE=%s\nARCHIVE=%s\n' "$image" "$archive"
+  exit 0
+fi
+
 base="$cache/image-base-bookworm.tar"
 work="$(mktemp -d "$cache/image-build.XXXXXX")"
 cleanup() {
@@ -134,8 +147,8 @@ tar --numeric-owner -C "$rootfs" -c . | podman import \
   --change "LABEL org.opencontainers.image.version=$version" \
   --change "LABEL org.opencontainers.image.created=$created" \
   --change "LABEL org.opencontainers.image.licenses=Apache-2.0" \
+  --change "LABEL org.koord-py.source-hash=$src_hash" \
   - "$image" >&2 || die "podman import failed"
-archive="$out/koord-py-$version.oci.tar"
 rm -f "$archive"
 podman save --format oci-archive -o "$archive" "$image" >&2 || die "podman save failed"
 printf 'IMAGE=%s\nARCHIVE=%s\n' "$image" "$archive"

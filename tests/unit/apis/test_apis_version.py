@@ -26,6 +26,7 @@ CASES = [
     ("koord-scheduler", ["run"]),
     ("koord-scheduler", ["inspect"]),
     ("koord-scheduler", ["simulate"]),
+    ("koord-scheduler", ["explain"]),
     ("koordlet", []),
     ("koordlet", ["report"]),
     ("koordlet", ["run"]),
