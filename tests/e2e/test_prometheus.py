@@ -150,6 +150,7 @@ def stack(
             "nodes": (node_a, node_b),
             "scheduler": scheduler,
             "promtool": prom_tools[1],
+            "config": tmp / "sched.yaml",
         }
     finally:
         if prom is not None:
@@ -317,3 +318,23 @@ def test_dashboard_node_variable_lists_our_nodes(stack: dict[str, Any]) -> None:
     assert match is not None
     doc = stack["prom"].api(f"label/{match[2]}/values", **{"match[]": match[1]})
     assert set(stack["nodes"]) <= set(doc["data"])
+
+
+def test_explain_against_the_live_cluster(stack: dict[str, Any], apiserver: ApiServer) -> None:
+    """``koord-scheduler explain`` on the live API server agrees with the objects: node B's
+    cards as the Device CR and the bound pods' annotations say, the pod rejected there."""
+    _, b = stack["nodes"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "scheduler.cli", "explain", f"{stack['ns']}/b-full",
+         "--kubeconfig", apiserver.kubeconfig_path(), "--config", str(stack["config"]),
+         "-o", "json"],
+        capture_output=True, text=True, timeout=120, cwd=REPO_ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert (doc["cards_needed"], doc["need_core"]) == (2, 100)
+    (node_b,) = [n for n in doc["nodes"] if n["node"] == b]
+    assert not node_b["fits"] and node_b["plugin"]
+    cards = [(c["minor"], c["healthy"], c["free_core"]) for c in node_b["cards"]]
+    assert cards == [(0, True, 20), (1, False, 100)]
+    assert not any(c["fits"] for c in node_b["cards"])
