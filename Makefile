@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: all demo test test-unit bench bench-b2 bench-b4 lint proto kube-apiserver clean
+.PHONY: all demo test test-unit bench bench-b2 bench-b4 lint proto kube-apiserver image clean
 
 all: test
 
@@ -51,6 +51,10 @@ proto: $(STAMP)
 ## kube-apiserver: build (or reuse from the cache) kube-apiserver v1.20.2 and etcd
 kube-apiserver:
 	bash hack/kube-apiserver.sh
+
+## image: the OCI image of both commands (Debian debootstrap + the wheel + podman), dist/*.oci.tar
+image: $(STAMP)
+	bash hack/image.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks

@@ -32,6 +32,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from apis.fairshare import DEFAULT_GEMINI_LIBRARY, DefaultLimit
+from apis.version import version_line
 from koordlet.agent import Agent, report_once
 from koordlet.checkpoint import DEFAULT_KUBELET_ROOT
 from koordlet.devices.fake import FakeLibrary, FakeSpecError
@@ -364,6 +365,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _fairshare_flags(run)
     run.set_defaults(func=cmd_run)
+    for p in (parser, rep, run):  # --version on the command and every subcommand
+        p.add_argument("--version", action="version", version=version_line(PROG))
     return parser
 
 

@@ -24,10 +24,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Final, Protocol
 
 import structlog
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from apis.version import python_version, version
 from koordlet.devices.library import GPU, HEALTHY, DeviceLibrary, DeviceQueryError, Health
 
 __all__ = [
@@ -87,6 +88,14 @@ class KoordletMetrics:
             ["reason"],
             registry=registry,
         )
+
+        self.build_info = Gauge(
+            "koordlet_build_info",
+            "Always 1; the labels say which koord-py version and Python this agent runs.",
+            ["version", "python_version"],
+            registry=registry,
+        )
+        self.build_info.labels(version(), python_version()).set(1)
 
     def hook_denial(self, reason: str) -> None:
         """Count one container the GPU hook started without GPUs."""

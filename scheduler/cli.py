@@ -175,6 +175,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             retry_period=le.retry_period,
             on_change=on_leading,
         )
+    metrics.watch_leader(le.resource_name, lambda: elector is None or elector.leading)
     scheduler_thread = threading.current_thread()
 
     def threads_alive() -> str | None:
@@ -293,6 +294,102 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     except InspectError as exc:
         raise UserError(str(exc)) from None
     return 0
+
+
+# -- explain ----------------------------------------------------------------------------------
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    """Load the objects (files or the live cluster), feed them to a Scheduler built like the
+    simulator's, and explain the pod from that scheduler's own state."""
+    from scheduler.explain import explain, render_table, to_json
+    from scheduler.simulator.cluster import InMemoryCluster
+    from scheduler.simulator.run import simulated_scheduler
+
+    namespace, sep, name = args.pod.partition("/")
+    if not sep or not namespace or not name:
+        raise UserError(f"expected NAMESPACE/POD, got {args.pod!r}")
+    if args.file:
+        try:
+            nodes, devices, pods = load_objects(args.file)
+        except InspectError as exc:
+            raise UserError(str(exc)) from None
+    else:
+        nodes, devices, pods = _live_objects(args)
+    target = next((p for p in pods if p.key == args.pod), None)
+    if target is None:
+        raise UserError(f"pod {args.pod} not found")
+    if target.node_name:
+        raise UserError(f"pod {args.pod} is already bound to node {target.node_name}")
+    config = _load_config(args.config)
+    cluster = InMemoryCluster()
+    for node in nodes.values():
+        cluster.apply_node(node.raw)
+    for device in devices:
+        cluster.apply_device(device.to_dict())
+    for pod in pods:
+        cluster.apply_pod(pod.raw)
+    try:
+        sched = simulated_scheduler(config, cluster, in_tree_registry(), default_plugins(), 0)
+    except FrameworkError as exc:
+        raise UserError(f"{args.config or 'default configuration'}: {exc}") from None
+    try:
+        sched.drain()
+        pod = cluster.pods[args.pod]
+        try:
+            answer = explain(sched, sched.cache.snapshot, pod, nodes, devices, pods)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+    finally:
+        sched.close()
+    sys.stdout.write(to_json(answer) if args.output == "json" else render_table(answer))
+    return 0
+
+
+def _live_objects(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any], list[Any]]:
+    from scheduler.kube.cluster import fetch_view
+    from scheduler.kube.rest import (
+        CredentialsError,
+        KubeError,
+        RestClient,
+        Urllib3Transport,
+        load_credentials,
+    )
+
+    try:
+        creds = load_credentials(args.kubeconfig, args.master, args.context)
+    except CredentialsError as exc:
+        raise UserError(str(exc)) from None
+    transport = Urllib3Transport(creds, pool_size=2)
+    try:
+        view = fetch_view(RestClient(transport, token=creds.token))
+    except KubeError as exc:
+        raise UserError(f"{creds.host}: {exc}") from None
+    finally:
+        transport.close()
+    return dict(view.nodes), list(view.devices), list(view.pods)
+
+
+def _add_explain(sub: Any) -> None:
+    exp = sub.add_parser(
+        "explain",
+        help="why a pending pod does not fit: per node, per card, after preemption",
+        description=(
+            "For the pod NAMESPACE/POD: the filter that rejects each node and its reason, each "
+            "GPU card's free gpu-core/memory against the pod's per-card need, the nodes where "
+            "it would fit after evicting lower-priority pods, and the closest candidates. "
+            "Reads a live cluster, or YAML/JSON files with --file, and runs the scheduler's own "
+            "PreFilter/Filter code on them."
+        ),
+    )
+    exp.add_argument("pod", metavar="NAMESPACE/POD")
+    _kube_flags(exp)
+    exp.add_argument("--config", metavar="CFG", help="KubeSchedulerConfiguration file")
+    exp.add_argument(
+        "-f", "--file", action="append", metavar="FILE", help="read objects from FILE (repeatable)"
+    )
+    exp.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    exp.set_defaults(func=cmd_explain)
 
 
 def _kube_flags(parser: argparse.ArgumentParser) -> None:
@@ -446,7 +543,17 @@ def build_parser() -> argparse.ArgumentParser:
     sim.set_defaults(func=cmd_simulate)
     _add_run(sub)
     _add_inspect(sub)
+    _add_explain(sub)
+    _add_version(parser, sub)
     return parser
+
+
+def _add_version(parser: argparse.ArgumentParser, sub: Any) -> None:
+    """``--version`` on the command and on every subcommand (added last, so it sees them all)."""
+    from apis.version import version_line
+
+    for p in (parser, *sub.choices.values()):
+        p.add_argument("--version", action="version", version=version_line(PROG))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

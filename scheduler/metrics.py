@@ -25,13 +25,14 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, decode_allocations
 from apis.core import Node, Pod
 from apis.device import Device
+from apis.version import python_version, version
 from scheduler.inspect import INVALID, card_usage
 
 __all__ = [
@@ -279,6 +280,13 @@ class SchedulerMetrics:
             registry=r,
         )
         self._children: dict[tuple[Any, ...], Any] = {}
+        build_info = Gauge(
+            "koord_scheduler_build_info",
+            "Always 1; the labels say which koord-py version and Python this process runs.",
+            ["version", "python_version"],
+            registry=r,
+        )
+        build_info.labels(version(), python_version()).set(1)
 
     def _child(self, metric: Any, *labels: str) -> Any:
         key = (id(metric), *labels)
@@ -319,9 +327,35 @@ class SchedulerMetrics:
         self.registry.register(collector)
         return collector
 
+    def watch_leader(self, name: str, leading: Callable[[], bool]) -> None:
+        """``leader_election_master_status{name}`` (client-go's gauge, as kube-scheduler exposes
+        it): 1 while this replica leads (always, without leader election), else 0."""
+        self.registry.register(_LeaderCollector(name, leading))
+
     def exposition(self) -> bytes:
         """The Prometheus text format (0.0.4) of the registry, as kube-scheduler serves it."""
         return generate_latest(_WithoutCreated(self.registry))
+
+
+class _LeaderCollector(Collector):
+    def __init__(self, name: str, leading: Callable[[], bool]) -> None:
+        self._name = name
+        self._leading = leading
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "leader_election_master_status",
+            "Gauge of if the reporting system is master of the relevant lease, 0 indicates "
+            "backup, 1 indicates master. 'name' is the string used to identify the lease.",
+            labels=["name"],
+        )
+        leading = _safe(self._leading)
+        if leading is not None:
+            family.add_metric([self._name], 1.0 if leading else 0.0)
+        yield family
+
+    def describe(self) -> Iterable[Metric]:
+        return []
 
 
 class _WithoutCreated:

@@ -366,6 +366,8 @@ def test_rbac_manifest_is_enough_for_the_agent(
     admin = client.ApiClient(srv.client_configuration())
     try:
         ensure_device_crd(admin)
+        # The Namespace is declared once, by config/scheduler or config/overlays/agent.
+        _apply(admin, yaml.safe_load((REPO / "config/overlays/agent/namespace.yaml").read_text()))
         for f in ("rbac.yaml", "daemonset.yaml"):
             for doc in yaml.safe_load_all((REPO / "config" / "koordlet" / f).read_text()):
                 _apply(admin, doc, dry_run=doc["kind"] == "DaemonSet")

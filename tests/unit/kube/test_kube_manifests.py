@@ -130,6 +130,6 @@ def test_crd_is_the_cluster_scoped_device_with_the_spec_schema() -> None:
 
 def test_prometheus_example_scrapes_the_annotated_pods() -> None:
     cfg = yaml.safe_load((ROOT / "config/prometheus/scrape-config.yaml").read_text())
-    (job,) = cfg["scrape_configs"]
+    (job,) = [j for j in cfg["scrape_configs"] if j["job_name"] == "koord-scheduler"]
     keeps = [r for r in job["relabel_configs"] if r.get("action") == "keep"]
     assert any(r["regex"] == "koord-scheduler" for r in keeps)
