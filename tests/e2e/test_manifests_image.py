@@ -6,8 +6,8 @@ Two ways in: ``podman run`` where this machine can run containers (else one skip
 CI too: a kernel or runtime that refuses containers — as on the 2-core CI machines, where crun is
 refused ``setrlimit`` — is a property of the machine, not a missing install step, and the
 content of the image is checked below all the same), and, always where the image builds, the
-image's own filesystem exported with ``podman export`` and entered with ``chroot --userspec`` (same files, same user; no
-namespaces), so the content of the image is checked even where containers cannot run.
+image's own filesystem exported with ``podman export`` and entered with ``chroot --userspec``
+(same files, same user; no namespaces), so the content of the image is checked even where containers cannot run.
 """
 
 from __future__ import annotations
