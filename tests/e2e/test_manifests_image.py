@@ -7,7 +7,8 @@ CI too: a kernel or runtime that refuses containers — as on the 2-core CI mach
 refused ``setrlimit`` — is a property of the machine, not a missing install step, and the
 content of the image is checked below all the same), and, always where the image builds, the
 image's own filesystem exported with ``podman export`` and entered with ``chroot --userspec``
-(same files, same user; no namespaces), so the content of the image is checked even where containers cannot run.
+(same files, same user; no namespaces), so the content of the image is checked even where
+containers cannot run.
 """
 
 from __future__ import annotations
