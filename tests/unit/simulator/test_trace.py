@@ -213,16 +213,18 @@ def test_optional_and_unknown_columns(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("kind", "text", "message"),
     [
+        pytest.param("nodes", "sn,cpu_milli\n", "missing column(s) memory_mib, gpu", id="header"),
         pytest.param(
-            "nodes", "sn,cpu_milli\n", "missing column(s) memory_mib, gpu", id="header"
-        ),
-        pytest.param(
-            "pods", "name,cpu_milli,memory_mib\n", ":1: missing column(s) num_gpu, gpu_milli",
+            "pods",
+            "name,cpu_milli,memory_mib\n",
+            ":1: missing column(s) num_gpu, gpu_milli",
             id="pod-header",
         ),
         pytest.param(
-            "pods", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1,1\n",
-            ":2: gpu_milli: expected a non-negative integer, got ''", id="short-row",
+            "pods",
+            "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1,1\n",
+            ":2: gpu_milli: expected a non-negative integer, got ''",
+            id="short-row",
         ),
         pytest.param("nodes", NODE_HEADER + "n0,x,1,0,\n", ":2: cpu_milli: expected", id="number"),
         pytest.param("nodes", NODE_HEADER + "n0,1,1,2,\n", ":2: model: a node with 2", id="model"),
