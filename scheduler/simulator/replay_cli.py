@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import math
 import os
 import sys
 import time
@@ -31,6 +32,7 @@ from typing import TextIO
 from scheduler.config import ConfigError, Plugins, SchedulerConfiguration, load_config
 from scheduler.framework.interfaces import PluginFactory
 from scheduler.framework.runtime import FrameworkError
+from scheduler.simulator.bound import BoundUnavailable, arrived_at, gpu_bound
 from scheduler.simulator.replay import (
     ProgressFn,
     arrival,
@@ -44,6 +46,7 @@ from scheduler.simulator.replay_report import (
     PaperResults,
     RunRecord,
     discretize,
+    mean_std,
     render_table,
     summarize,
     write_csv,
@@ -100,6 +103,12 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--jobs", type=int, default=1, help="replays run in parallel (processes)")
     g.add_argument("--no-plot", action="store_true", help="skip the PNG plot")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g.add_argument(
+        "--bound",
+        action="store_true",
+        help="also print the lower bound on unallocated GPU %% at 100%% arrival that no "
+        "placement can beat (needs the optional 'bound' extra, highspy)",
+    )
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -281,7 +290,8 @@ def run_trace_command(
     expected = args.expected or os.path.join(os.path.dirname(args.pods[0]) or ".", EXPECTED_DIR)
     paper = PaperResults(expected) if os.path.isdir(expected) else None
     header = {Path(p).stem: _header(args.nodes, p, seeds, args.inflate) for p in args.pods}
-    out.write(render_table(summarize(records), paper, header))
+    bounds = _bounds(args, seeds) if args.bound else None
+    out.write(render_table(summarize(records), paper, header, bounds))
     os.makedirs(args.out, exist_ok=True)
     csv_path = os.path.join(args.out, "curves.csv")
     write_csv(csv_path, records)
@@ -298,6 +308,27 @@ def run_trace_command(
             err.write(f"warning: {exc}\n")
     out.write(f"\nwrote {', '.join(written)}\n")
     return 0
+
+
+def _bounds(args: argparse.Namespace, seeds: Sequence[int]) -> dict[str, tuple[float, float]]:
+    """Trace -> mean ± std over ``seeds`` of the lower bound (``scheduler.simulator.bound``)."""
+    nodes = _nodes(args.nodes)
+    capacity = capacity_milli(nodes)
+    out: dict[str, tuple[float, float]] = {}
+    for path in args.pods:
+        values = []
+        for seed in seeds:
+            order = [a.pod for a in arrival(_pods(path), capacity, seed, args.inflate)]
+            arrived = arrived_at(order, capacity)
+            if arrived is None:  # the report has no point at 100% for this seed either
+                values.append(math.nan)
+                continue
+            try:
+                values.append(gpu_bound(nodes, arrived).unallocated_pct)
+            except BoundUnavailable as exc:
+                raise ReplayUsageError(f"--bound: {exc}") from None
+        out[Path(path).stem] = mean_std(values)
+    return out
 
 
 def _header(nodes_path: str, pods_path: str, seeds: Sequence[int], inflate: float) -> str:

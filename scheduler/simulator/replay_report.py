@@ -36,6 +36,7 @@ __all__ = [
     "PaperResults",
     "RunRecord",
     "discretize",
+    "mean_std",
     "read_csv",
     "render_table",
     "summarize",
@@ -107,7 +108,7 @@ def discretize(result: ReplayResult) -> Curves:
     )
 
 
-def _mean_std(values: Sequence[float]) -> tuple[float, float]:
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
     clean = [v for v in values if not math.isnan(v)]
     if not clean:
         return math.nan, math.nan
@@ -138,9 +139,9 @@ def summarize(records: Iterable[RunRecord], at: int = 100) -> dict[str, dict[str
             out[trace][policy] = Summary(
                 policy,
                 len(runs),
-                _mean_std([float(r.curves.unallocated[at]) for r in runs]),
-                _mean_std([float(r.curves.fragmented[at]) for r in runs]),
-                _mean_std([float(r.curves.occupied[at]) for r in runs]),
+                mean_std([float(r.curves.unallocated[at]) for r in runs]),
+                mean_std([float(r.curves.fragmented[at]) for r in runs]),
+                mean_std([float(r.curves.occupied[at]) for r in runs]),
                 float(np.mean([r.failed for r in runs])),
                 float(np.mean([r.seconds for r in runs])),
             )
@@ -218,8 +219,10 @@ def render_table(
     summaries: Mapping[str, Mapping[str, Summary]],
     paper: PaperResults | None,
     header: Mapping[str, str] | None = None,
+    bounds: Mapping[str, tuple[float, float]] | None = None,
 ) -> str:
-    """The comparison table per trace (plain text, aligned)."""
+    """The comparison table per trace (plain text, aligned); ``bounds`` (trace -> mean ± std
+    of the lower bound on unallocated GPU %) adds a last row per trace."""
     lines: list[str] = []
     for trace, by_policy in summaries.items():
         if lines:
@@ -251,6 +254,8 @@ def render_table(
         ref = paper.unallocated_at_100(trace) if paper is not None else {}
         for policy, ms in ref.items():
             rows.append([f"paper {policy}", _pm(ms), "", "", "", ""])
+        if bounds is not None and trace in bounds:
+            rows.append(["lower bound (no placement beats)", _pm(bounds[trace]), "", "", "", ""])
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         for r in rows:
             lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())

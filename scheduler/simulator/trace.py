@@ -18,6 +18,11 @@ The card memory of each model is not in the trace; it only matters for ``gpu-mem
 these pods never request: ratio drives it), so the known models get their real size and the
 undisclosed ones (G2, G3) 32Gi.
 
+Files of the public dataset (``cluster-trace-gpu-v2023/csv/``) differ in their columns: some
+carry only the first five pod columns. Only the columns a row cannot do without are required
+(``NODE_COLUMNS``, ``POD_COLUMNS``); an absent optional column reads as empty, and unknown
+columns are ignored.
+
 Invariants: reading either returns fully validated rows or raises ``TraceError`` whose one-line
 message names the file, the line and the column; conversion is a pure function of a row (the
 same row always gives the same objects); the trace's ``qos``, ``pod_phase`` and times are read
@@ -66,8 +71,12 @@ GPU_MEMORY_GI: Final[Mapping[str, int]] = {
 }
 DEFAULT_GPU_MEMORY_GI: Final = 32
 
-NODE_COLUMNS: Final = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
-POD_COLUMNS: Final = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec")
+NODE_COLUMNS: Final = ("sn", "cpu_milli", "memory_mib", "gpu")
+"""Required node columns; ``model`` is optional (absent or empty: a CPU-only node)."""
+POD_COLUMNS: Final = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+"""Required pod columns: the public dataset's ``multigpu*`` files carry only these five.
+``gpu_spec`` is optional (absent or empty: any model); ``qos``, ``pod_phase`` and the times,
+and any column this loader does not know, are ignored."""
 WHOLE_GPU_COUNTS: Final = frozenset({1, 2, 4, 8})
 
 

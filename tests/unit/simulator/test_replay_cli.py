@@ -108,6 +108,26 @@ def test_replay_side_by_side(
     assert (out / "openb_pod_list_tiny.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_replay_prints_the_lower_bound_below_every_policy(
+    trace: tuple[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("highspy", reason="--bound needs the optional 'bound' extra (highspy)")
+    nodes, pods = trace
+    argv = ["simulate", "--nodes", nodes, "--pods", pods, "--seeds", "1-2", "--no-plot"]
+    code = main([*argv, "--profiles", "binpack,fragmentation", "--out", str(tmp_path), "--bound"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    rows = {line.split("  ")[0]: line for line in captured.out.splitlines()}
+    bound_row = next(line for name, line in rows.items() if name.startswith("lower bound"))
+
+    def mean(line: str) -> float:
+        return float(line.split("±")[0].split()[-1])
+
+    policies = [line for name, line in rows.items() if name.startswith(("binpack", "fragment"))]
+    assert len(policies) == 2
+    assert all(mean(bound_row) <= mean(line) + 1e-9 for line in policies)
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

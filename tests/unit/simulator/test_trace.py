@@ -179,11 +179,52 @@ def test_read_the_openb_columns(tmp_path: Path) -> None:
     ]
 
 
+def test_read_the_five_column_files_of_the_public_dataset(tmp_path: Path) -> None:
+    # openb_pod_list_multigpu*.csv carry only the first five columns.
+    pods = read_pods(
+        _write(
+            tmp_path,
+            "p.csv",
+            "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+            + "p0,12000,16384,2,1000\np1,6000,0,1,460\np2,4000,1024,0,0\n",
+        )
+    )
+    assert pods == [
+        TracePod("p0", 12000, 16384, 2, 1000),
+        TracePod("p1", 6000, 0, 1, 460),
+        TracePod("p2", 4000, 1024, 0, 0),
+    ]
+
+
+def test_optional_and_unknown_columns(tmp_path: Path) -> None:
+    nodes = read_nodes(_write(tmp_path, "n.csv", "sn,gpu,memory_mib,cpu_milli\nn0,0,1024,32000\n"))
+    assert nodes == [TraceNode("n0", 32000, 1024, 0, "")]
+    pods = read_pods(
+        _write(
+            tmp_path,
+            "p.csv",
+            "extra,gpu_milli,num_gpu,memory_mib,cpu_milli,name,gpu_spec\n"
+            + "x,500,1,10,20,p0,T4\n",
+        )
+    )
+    assert pods == [TracePod("p0", 20, 10, 1, 500, ("T4",))]
+
+
 @pytest.mark.parametrize(
     ("kind", "text", "message"),
     [
+        pytest.param("nodes", "sn,cpu_milli\n", "missing column(s) memory_mib, gpu", id="header"),
         pytest.param(
-            "nodes", "sn,cpu_milli\n", "missing column(s) memory_mib, gpu, model", id="header"
+            "pods",
+            "name,cpu_milli,memory_mib\n",
+            ":1: missing column(s) num_gpu, gpu_milli",
+            id="pod-header",
+        ),
+        pytest.param(
+            "pods",
+            "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1,1\n",
+            ":2: gpu_milli: expected a non-negative integer, got ''",
+            id="short-row",
         ),
         pytest.param("nodes", NODE_HEADER + "n0,x,1,0,\n", ":2: cpu_milli: expected", id="number"),
         pytest.param("nodes", NODE_HEADER + "n0,1,1,2,\n", ":2: model: a node with 2", id="model"),
