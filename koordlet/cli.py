@@ -177,6 +177,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     if hooks is not None:
         services.append(hooks)
+    if args.gpushare_device_plugin:
+        services.append(_gpushare_service(args, node_name, api, agent_ref))
     agent = Agent(
         node_name=node_name,
         library=library,
@@ -209,6 +211,28 @@ def cmd_run(args: argparse.Namespace) -> int:
             signal.signal(s, handler)
     log.info("koordlet stopped", node=node_name)
     return 0
+
+
+def _gpushare_service(
+    args: argparse.Namespace, node_name: str, api: Any, agent_ref: list[Agent]
+) -> Service:
+    from koordlet.deviceplugin.gpushare import MemoryUnit
+    from koordlet.deviceplugin.service import GPUShareService, cards_of
+
+    def cards() -> list[Any]:
+        if not agent_ref:
+            return []
+        inventory = agent_ref[0].inventory
+        return cards_of(inventory.gpus, inventory.tracker.snapshot())
+
+    return GPUShareService(
+        node_name=node_name,
+        cards=cards,
+        pods=api,
+        api=api,
+        plugin_dir=args.device_plugin_dir,
+        unit=MemoryUnit[args.gpushare_memory_unit],
+    )
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -256,6 +280,22 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--hook-dir", default=DEFAULT_HOOK_DIR, help="runtime proxy's hook dir")
     run.add_argument("--socket", default=DEFAULT_SOCKET, help="runtime-hook unix socket")
     run.add_argument("--visible-devices-by", choices=("minor", "uuid"), default="minor")
+    run.add_argument(
+        "--gpushare-device-plugin",
+        action="store_true",
+        help="serve gpushare's aliyun.com/gpu-mem kubelet device plugin",
+    )
+    run.add_argument(
+        "--gpushare-memory-unit",
+        choices=("GiB", "MiB"),
+        default="GiB",
+        help="the unit of one aliyun.com/gpu-mem (gpushare's --memory-unit; default GiB)",
+    )
+    run.add_argument(
+        "--device-plugin-dir",
+        default="/var/lib/kubelet/device-plugins",
+        help="the kubelet's device-plugin directory (kubelet.sock)",
+    )
     run.add_argument(
         "--metrics-bind-address",
         default=f":{DEFAULT_METRICS_PORT}",
