@@ -195,9 +195,8 @@ class KubeNodeAPI:
 
     def pending_gpushare_pods(self, node_name: str) -> list[PendingPod]:
         """The node's Pending pods that carry ``ALIYUN_COM_GPU_MEM_ASSIGNED=false``."""
-        obj = self._request(
-            "GET", "/api/v1/pods", query=[("fieldSelector", f"spec.nodeName={node_name}")]
-        )
+        selector = f"spec.nodeName={node_name},status.phase=Pending"
+        obj = self._request("GET", "/api/v1/pods", query=[("fieldSelector", selector)])
         out: list[PendingPod] = []
         for pod in obj.get("items") or []:
             meta = pod.get("metadata") or {}
