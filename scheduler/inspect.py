@@ -16,6 +16,11 @@ Invariants:
 - For a GPU, memory missing from an allocation is filled from its ratio
   (``ratio * total // 100``) and a missing ratio from its memory (``memory * 100 // total``),
   as the node agent reads the annotation (SPEC §3).
+- GPUs listed in a Device's ``node.koordinator.sh/devices-checkpoints`` annotation (matched by
+  card id) are held whole by the kubelet-allocated pod of the entry, as the scheduler's device
+  ledger counts them (SPEC §8): the card's whole capacity is allocated and the pod is listed
+  as ``<ns/name> (kubelet)`` (``pod uid <uid> (kubelet)`` when the pod is not among ``pods``).
+  A malformed annotation never raises: the node is appended to ``checkpoint_errors``.
 """
 
 from __future__ import annotations
@@ -28,8 +33,9 @@ from typing import Any
 import yaml
 
 from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, AllocationDecodeError, decode_allocations
+from apis.checkpoint import CheckpointError, decode_devices_checkpoints
 from apis.core import Node, Pod, decode_node, decode_pod
-from apis.device import LABEL_GPU_MODEL, Device
+from apis.device import ANNOTATION_DEVICES_CHECKPOINTS, LABEL_GPU_MODEL, Device
 from apis.quantity import Quantity, format_quantity
 from apis.resources import (
     GPU_CORE,
@@ -41,6 +47,7 @@ from apis.resources import (
 
 __all__ = [
     "INVALID",
+    "KUBELET",
     "CardUsage",
     "InspectError",
     "card_usage",
@@ -51,6 +58,8 @@ __all__ = [
 ]
 
 INVALID = "<invalid annotation>"
+KUBELET = " (kubelet)"
+"""Suffix of a pod that holds a card through the kubelet's device checkpoint."""
 
 
 class InspectError(ValueError):
@@ -106,11 +115,14 @@ def card_usage(
     *,
     decode: Decoder = decode_allocations,
     errors: list[Pod] | None = None,
+    checkpoint_errors: list[str] | None = None,
 ) -> list[CardUsage]:
     """Every device with a minor of every Device CR, sorted by (node, type, minor)."""
     cards: dict[tuple[str, str, int], CardUsage] = {}
     first_card: dict[str, CardUsage] = {}
-    for device in sorted(devices, key=lambda d: d.name):
+    pods = list(pods)
+    devices = sorted(devices, key=lambda d: d.name)
+    for device in devices:
         node = nodes.get(device.name)
         model = node.labels.get(LABEL_GPU_MODEL, "") if node is not None else ""
         for d in device.devices:
@@ -150,7 +162,42 @@ def card_usage(
                 if used is not None:
                     _charge(used, alloc.resources)
                     used.pods.append(pod.key)
+    _charge_checkpoints(cards, devices, pods, checkpoint_errors)
     return [cards[k] for k in sorted(cards)]
+
+
+def _charge_checkpoints(
+    cards: Mapping[tuple[str, str, int], CardUsage],
+    devices: Iterable[Device],
+    pods: Iterable[Pod],
+    errors: list[str] | None,
+) -> None:
+    """The GPUs kubelet-allocated pods hold (``devices-checkpoints``): whole, with the pod."""
+    by_uid = {p.uid: p for p in pods if p.uid}
+    for device in devices:
+        raw = device.annotations.get(ANNOTATION_DEVICES_CHECKPOINTS)
+        if raw is None:
+            continue
+        try:
+            entries = decode_devices_checkpoints(raw)
+        except CheckpointError as err:
+            if errors is not None:
+                errors.append(f"{device.name}: {err.message}")
+            continue
+        holders: dict[str, list[str]] = {}
+        for entry in entries:
+            pod = by_uid.get(entry.pod_uid)
+            who = (pod.key if pod is not None else f"pod uid {entry.pod_uid}") + KUBELET
+            for device_id in entry.device_ids:
+                names = holders.setdefault(device_id, [])
+                if who not in names:
+                    names.append(who)
+        for (node, device_type, _), card in sorted(cards.items()):
+            if node != device.name or device_type != "gpu" or card.uuid not in holders:
+                continue
+            for name, value in card.capacity.items():
+                card.allocated[name] = card.allocated.get(name, 0) + value
+            card.pods.extend(holders[card.uuid])
 
 
 def _charge(card: CardUsage, resources: Mapping[str, Quantity]) -> None:

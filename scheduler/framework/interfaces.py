@@ -112,6 +112,19 @@ class Handle:
         value: T = self._shared[key]
         return value
 
+    def component(self, kind: type[T], factory: Callable[[], T]) -> T:
+        """The one ``kind`` object of this scheduler (typed shared state, keyed by class).
+
+        A component is a scheduler-wide object below the plugins (e.g. the device ledger of
+        ``scheduler.devices``); its package provides the typed accessor that calls this with
+        its factory. The factory runs once; later calls return the same object.
+        """
+        key = f"component:{kind.__module__}.{kind.__qualname__}"
+        value = self.shared_state(key, factory)
+        if not isinstance(value, kind):
+            raise TypeError(f"shared component {key} is a {type(value).__name__}")
+        return value
+
     def add_event_handler(self, handler: Callable[[Change], None]) -> None:
         """``handler`` receives every cluster change, on the scheduling thread, after the cache."""
         self._event_handlers.append(handler)

@@ -19,13 +19,25 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from apis.allocation import decode_allocations
 from apis.core import CPU, Node
 from apis.device import LABEL_GPU_MODEL, Device
 from apis.resources import DEVICE_GPU, GPU_CORE, GPU_MEMORY_RATIO
-from scheduler.plugins.gpufragmentation.cards import CardUse
 from scheduler.plugins.gpufragmentation.measure import Workload
 
-__all__ = ["FragmentationMeter"]
+__all__ = ["CardUse", "FragmentationMeter", "uses_from_annotation"]
+
+CardUse = tuple[int, int, int]
+"""(minor, gpu-core percent, gpu-memory-ratio percent) taken from one card."""
+
+
+def uses_from_annotation(raw: str) -> tuple[CardUse, ...]:
+    """The GPU cards of a ``device-allocated`` value; raises ``AllocationDecodeError``."""
+    allocations = decode_allocations(raw).get(DEVICE_GPU, ())
+    return tuple(
+        (a.minor, a.resource_value(GPU_CORE), a.resource_value(GPU_MEMORY_RATIO))
+        for a in allocations
+    )
 
 MILLI_PER_PERCENT = 10
 I64 = npt.NDArray[np.int64]

@@ -41,10 +41,9 @@ from scheduler.config import PluginConfig, Plugins, SchedulerConfiguration
 from scheduler.framework.interfaces import PluginFactory
 from scheduler.plugins.gpufragmentation import NAME as GPU_FRAGMENTATION
 from scheduler.plugins.gpufragmentation.args import workload_args
-from scheduler.plugins.gpufragmentation.cards import uses_from_annotation
 from scheduler.plugins.gpufragmentation.measure import PodShape, Workload, typical_shapes
 from scheduler.simulator.cluster import InMemoryCluster
-from scheduler.simulator.fragmentation import FragmentationMeter
+from scheduler.simulator.fragmentation import FragmentationMeter, uses_from_annotation
 from scheduler.simulator.run import simulated_scheduler
 from scheduler.simulator.trace import (
     TraceNode,

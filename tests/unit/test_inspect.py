@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from apis.checkpoint import PodDeviceEntry, encode_devices_checkpoints
 from apis.core import decode_node, decode_pod
-from apis.device import Device
+from apis.device import ANNOTATION_DEVICES_CHECKPOINTS, Device
 from scheduler.cli import main
 from scheduler.inspect import INVALID, InspectError, card_usage, load_objects, render_inspect
 
@@ -108,6 +109,68 @@ def test_render_marks_unhealthy_cards_and_filters_a_node() -> None:
     with pytest.raises(InspectError, match="not found"):
         render_inspect(nodes, devices, pods, "n9")
     assert "no Device CR" in render_inspect({"n3": decode_node(node("n3"))}, devices, pods, "n3")
+
+
+def _with_checkpoint(dev: dict[str, object], *entries: tuple[str, tuple[str, ...]]
+                     ) -> dict[str, object]:
+    """``dev`` with a ``devices-checkpoints`` annotation: (pod uid, device ids) entries."""
+    text = encode_devices_checkpoints(
+        [PodDeviceEntry(uid, "cuda", "nvidia.com/gpu", ids) for uid, ids in entries]
+    )
+    meta = dict(dev["metadata"])  # type: ignore[call-overload]
+    meta["annotations"] = {ANNOTATION_DEVICES_CHECKPOINTS: text}
+    return {**dev, "metadata": meta}
+
+
+def kubelet_pod(name: str, uid: str) -> dict[str, object]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "legacy", "uid": uid},
+            "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}}
+
+
+@pytest.mark.parametrize(
+    ("entries", "pods", "held"),
+    [
+        pytest.param([("u-train", ("GPU-n1-1",))], [kubelet_pod("train", "u-train")],
+                     {1: ["legacy/train (kubelet)"]}, id="card-held-by-a-known-pod"),
+        pytest.param([("u-gone", ("GPU-n1-0", "GPU-n1-1"))], [],
+                     {0: ["pod uid u-gone (kubelet)"], 1: ["pod uid u-gone (kubelet)"]},
+                     id="pod-not-listed-shows-its-uid"),
+        pytest.param([("u-x", ("GPU-other",))], [], {}, id="unknown-card-id-is-ignored"),
+    ],
+)
+def test_checkpoint_cards_show_as_held_with_the_pod(
+    entries: list[tuple[str, tuple[str, ...]]], pods: list[dict[str, object]],
+    held: dict[int, list[str]],
+) -> None:
+    dev = Device.from_dict(_with_checkpoint(device("n1"), *entries))
+    cards = card_usage({"n1": decode_node(node("n1"))}, [dev], [decode_pod(p) for p in pods])
+    for c in cards:
+        if c.minor in held:
+            assert c.pods == held[c.minor]
+            assert c.allocated == c.capacity  # the kubelet gave the whole card
+        else:
+            assert c.pods == [] and not any(c.allocated.values())
+
+
+def test_render_shows_kubelet_held_cards() -> None:
+    dev = Device.from_dict(_with_checkpoint(device("n1"), ("u-train", ("GPU-n1-0",))))
+    out = render_inspect({"n1": decode_node(node("n1"))}, [dev],
+                         [decode_pod(kubelet_pod("train", "u-train"))])
+    lines = out.splitlines()
+    assert lines[2].split() == ["n1", "0", "T4", "ok", "100/100", "16Gi/16Gi",
+                                "legacy/train", "(kubelet)"]
+    assert "1 pods holding GPUs" in out
+
+
+def test_malformed_checkpoint_is_reported_not_raised() -> None:
+    dev = Device.from_dict(device("n1"))
+    bad = Device.from_dict({**device("n1"), "metadata": {
+        "name": "n1", "annotations": {ANNOTATION_DEVICES_CHECKPOINTS: "[{"}}})
+    errors: list[str] = []
+    cards = card_usage({}, [bad], [], checkpoint_errors=errors)
+    assert errors and errors[0].startswith("n1: ")
+    assert [c.pods for c in cards] == [c.pods for c in card_usage({}, [dev], [])]
 
 
 def test_load_objects_merges_files_later_wins(tmp_path: Path) -> None:

@@ -11,8 +11,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+from apis.checkpoint import PodDeviceEntry, encode_devices_checkpoints
 from apis.core import Node, Pod, decode_node, decode_pod
-from apis.device import Device
+from apis.device import ANNOTATION_DEVICES_CHECKPOINTS, Device
 from scheduler.metrics import (
     ATTEMPT_BUCKETS,
     EXTENSION_POINT_BUCKETS,
@@ -158,10 +159,11 @@ class View:
     pods: list[Pod] = field(default_factory=list)
 
 
-def gpu_device(name: str, gpus: int, unhealthy: tuple[int, ...] = ()) -> Device:
+def gpu_device(name: str, gpus: int, unhealthy: tuple[int, ...] = (),
+               annotations: dict[str, str] | None = None) -> Device:
     return Device.from_dict(
         {
-            "metadata": {"name": name},
+            "metadata": {"name": name, "annotations": annotations or {}},
             "spec": {
                 "devices": [
                     {
@@ -232,6 +234,25 @@ def test_device_metrics_per_card() -> None:
     sample = fams["koord_scheduler_device_pods"].samples[0]
     assert set(sample.labels) == {"node", "device_type", "minor", "uuid"}
     assert fams["koord_scheduler_device_annotation_errors"].samples[0].value == 0
+
+
+def test_device_metrics_count_kubelet_held_cards() -> None:
+    checkpoints = encode_devices_checkpoints(
+        [PodDeviceEntry("u-legacy", "cuda", "nvidia.com/gpu", ("GPU-1",))]
+    )
+    device = gpu_device("n1", 2, annotations={ANNOTATION_DEVICES_CHECKPOINTS: checkpoints})
+    m = SchedulerMetrics()
+    view = View({"n1": decode_node({"metadata": {"name": "n1"}})}, [device], [])
+    m.watch_devices(lambda: view)
+    fams = families(m)
+    got = {(s.name, s.labels["minor"], s.labels.get("resource", "")): s.value
+           for metric in ("koord_scheduler_device_allocated", "koord_scheduler_device_pods")
+           for s in fams[metric].samples if s.labels["device_type"] == "gpu"}
+    assert got[("koord_scheduler_device_allocated", "1", "koordinator.sh/gpu-core")] == 100
+    memory = ("koord_scheduler_device_allocated", "1", "koordinator.sh/gpu-memory")
+    assert got[memory] == 16 * 1024**3
+    assert got[("koord_scheduler_device_pods", "1", "")] == 1
+    assert got[("koord_scheduler_device_pods", "0", "")] == 0
 
 
 def test_annotation_errors_count_once_per_pod_and_text() -> None:

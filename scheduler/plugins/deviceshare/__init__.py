@@ -1,13 +1,12 @@
 """DeviceShare: fine-grained GPU, RDMA and FPGA allocation (Koordinator's plugin).
 
 Role: the package's public face — ``new_deviceshare(args, handle)``, the factory the plugin
-registry uses. Layout, by concern: ``args`` (pluginConfig), ``request`` (a pod's device
-request), ``ledger`` (every node's cards and their holders, as numpy matrices), ``scoring``
-(card and node scores), ``topology`` (PCIe/NUMA-aware choice), ``allocator`` (which cards),
-``plugin`` (the thin extension points).
+registry uses. Layout: ``args`` (pluginConfig) and ``plugin`` (the thin extension points); the
+card state and its logic (request parsing, the ledger, scoring, topology, the allocator) live
+below the plugins in ``scheduler.devices``, shared with every other user of card state.
 
 Invariants: importing the package registers and starts nothing; every profile of one
-scheduler shares one ledger and one event handler (``Handle.shared_state``).
+scheduler shares one ledger and one event handler (``scheduler.devices.ledger_of``).
 """
 
 from __future__ import annotations
@@ -15,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from scheduler.devices import NodeDeviceLedger
 from scheduler.framework.interfaces import Handle
 from scheduler.plugins.deviceshare.args import DeviceShareArgs, parse_args
-from scheduler.plugins.deviceshare.ledger import NodeDeviceLedger
 from scheduler.plugins.deviceshare.plugin import NAME, DeviceShare
 
 __all__ = ["NAME", "DeviceShare", "DeviceShareArgs", "NodeDeviceLedger", "new_deviceshare"]

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from apis.resources import FPGA, GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO, RDMA
+from scheduler.devices.scoring import DEFAULT_RESOURCES
 from scheduler.framework.plugin_args import (
     LEAST_ALLOCATED,
     MAX_RESOURCE_WEIGHT,
@@ -37,12 +38,6 @@ __all__ = [
 MAX_WEIGHT: Final = MAX_RESOURCE_WEIGHT
 
 SCORABLE_RESOURCES: Final = (GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO, RDMA, FPGA)
-DEFAULT_RESOURCES: Final[tuple[tuple[str, int], ...]] = (
-    (GPU_MEMORY_RATIO, 1),
-    (GPU_MEMORY, 1),
-    (RDMA, 1),
-    (FPGA, 1),
-)
 
 _ARG_KEYS: Final = frozenset({"scoringStrategy"})
 _STRATEGY_KEYS: Final = frozenset({"type", "resources"})

@@ -2,7 +2,8 @@
 
 Role: Koordinator's DeviceShare plugin (``pkg/scheduler/plugins/deviceshare/plugin.go``,
 ``scoring.go``) as thin extension points over ``request`` (parse), ``allocator`` (fit and
-allocate), ``scoring`` and the shared ``NodeDeviceLedger``:
+allocate), ``scoring`` and the scheduler's one ``NodeDeviceLedger`` (all in
+``scheduler.devices``; the ledger reached through ``ledger_of(handle)``):
 
 - PreFilter parses the pod's device request into the cycle-state entry; no device request is
   Skip (Filter does not run; PreScore Skips too, so Score does not run; Reserve and PreBind
@@ -24,7 +25,7 @@ with a method ``get(node_name) -> Sequence[int] | None`` names the GPU minors to
 that node; Reserve allocates on exactly those cards when they satisfy the request (hints and
 all) and falls back to its own choice otherwise. Reserve publishes the allocation it made
 (the ``device-allocated`` text) under ``ALLOCATION_KEY`` for the reserve plugins after it, and
-Unreserve removes it. GPUFragmentation uses both.
+Unreserve removes it. GPUFragmentation uses the first.
 
 Invariants: the entry's request is frozen and only read after PreFilter; the ledger changes
 only through events and Reserve/Unreserve; both Filter forms and both Score forms agree on
@@ -41,6 +42,18 @@ import numpy as np
 from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, DeviceAllocation, encode_allocations
 from apis.core import Pod
 from apis.resources import DEVICE_GPU
+from scheduler.devices import ledger_of
+from scheduler.devices.allocator import allocate, feasible_rows
+from scheduler.devices.ledger import NodeDeviceLedger
+from scheduler.devices.request import (
+    CardUse,
+    DeviceRequest,
+    Holding,
+    RequestError,
+    parse_request,
+)
+from scheduler.devices.scoring import Scorer
+from scheduler.devices.topology import NodeView
 from scheduler.framework.cycle_state import CycleState
 from scheduler.framework.events import (
     ASSIGNED_POD_DELETE,
@@ -54,22 +67,10 @@ from scheduler.framework.events import (
 from scheduler.framework.interfaces import Handle, PreFilterExtensions
 from scheduler.framework.status import SKIP, Status, error, unresolvable
 from scheduler.framework.types import BoolArray, IntArray, NodeInfo, Snapshot
-from scheduler.plugins.deviceshare.allocator import allocate, feasible_rows
 from scheduler.plugins.deviceshare.args import DeviceShareArgs
-from scheduler.plugins.deviceshare.ledger import NodeDeviceLedger
-from scheduler.plugins.deviceshare.request import (
-    CardUse,
-    DeviceRequest,
-    Holding,
-    RequestError,
-    parse_request,
-)
-from scheduler.plugins.deviceshare.scoring import Scorer
-from scheduler.plugins.deviceshare.topology import NodeView
 
 __all__ = [
     "ALLOCATION_KEY",
-    "LEDGER_KEY",
     "NAME",
     "PREFERRED_GPUS_KEY",
     "STATE_KEY",
@@ -79,7 +80,6 @@ __all__ = [
 
 NAME = "DeviceShare"
 STATE_KEY = NAME
-LEDGER_KEY = "deviceshare/ledger"
 PREFERRED_GPUS_KEY = "DeviceShare/preferred-gpus"
 """Cycle-state key of an external card choice: ``get(node_name) -> Sequence[int] | None``."""
 ALLOCATION_KEY = "DeviceShare/allocation"
@@ -156,12 +156,7 @@ class DeviceShare:
         """The plugin over the scheduler's one shared ledger (its event handler registered
         once, when the first profile creates it)."""
 
-        def make() -> NodeDeviceLedger:
-            ledger = NodeDeviceLedger()
-            handle.add_event_handler(ledger.apply_change)
-            return ledger
-
-        return cls(handle.shared_state(LEDGER_KEY, make), args)
+        return cls(ledger_of(handle), args)
 
     def events_to_register(self) -> Sequence[ClusterEvent]:
         return (DEVICE_ADD, DEVICE_UPDATE, DEVICE_DELETE, ASSIGNED_POD_DELETE,

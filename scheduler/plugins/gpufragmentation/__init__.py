@@ -3,13 +3,13 @@
 Role: the package's public face — ``new_gpufragmentation(args, handle)``, the factory the
 plugin registry uses. Layout, by concern: ``measure`` (the fragmentation of a node for a target
 workload, and what a placement would leave), ``workload`` (pod shapes; the target workload,
-fixed or learned from a bounded window of recent pods), ``cards`` (every node's GPU cards,
-kept incrementally from events and Reserve), ``args`` (pluginConfig), ``plugin`` (PreFilter,
-Score, Reserve).
+fixed or learned from a bounded window of recent pods), ``args`` (pluginConfig), ``plugin``
+(PreFilter, the whole-cluster Score), ``pernode`` (the per-node Score). Card state is not
+kept here: it is read from the scheduler's one device ledger (``scheduler.devices``).
 
 Invariants: importing the package registers and starts nothing; every profile of one
-scheduler shares one card table and one event handler (``Handle.shared_state``); the package
-imports no other plugin — it meets DeviceShare only through cycle state.
+scheduler reads the same ledger (``scheduler.devices.ledger_of``); the package imports no
+other plugin — it meets DeviceShare only through cycle state and the shared ledger.
 """
 
 from __future__ import annotations

@@ -26,9 +26,15 @@ fast form used by the scheduler plugin and the simulator's metrics: with
 fewer than shapes) and the cpu/model part is folded into per-group weights
 ``W_q = Σ_{m in q} p_m [cpu ≥ cpu_m ∧ access_m]``. Absent cards are cards with 0 free.
 
-Invariants: pure functions; every vectorized result equals the reference up to float
-rounding, and equal inputs give bitwise-equal outputs (so ties between identical nodes stay
-ties); amounts are integers in milli-GPU and millicores.
+Exactness: a ``Workload``'s popularities are rounded to multiples of ``2**-P_BITS``. With
+integer amounts below ``2**(53 - P_BITS)`` milli-GPU per node, every product and sum of the
+measure is then exact in float64, so ``F_n(M)`` does not depend on the order of the additions:
+the vectorized forms (any batch shape, BLAS included) and the reference give bitwise-equal
+results, and a plugin's per-node and whole-cluster forms can be compared for equality.
+
+Invariants: pure functions; every vectorized result equals the reference exactly (for the
+workload's rounded popularities, ``as_mapping``), so ties between identical nodes stay ties;
+amounts are integers in milli-GPU and millicores.
 """
 
 from __future__ import annotations
@@ -49,6 +55,8 @@ __all__ = [
 ]
 
 GPU_MILLI: Final = 1000
+P_BITS: Final = 36
+"""Popularities are multiples of 2**-P_BITS (exact arithmetic up to 2**17 milli per node)."""
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -147,6 +155,12 @@ class Workload:
     _access: dict[str, B] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
+        scale = float(1 << P_BITS)
+        p = np.round(np.asarray(self.p, np.float64) * scale) / scale
+        residual = 1.0 - float(p.sum())
+        if len(p) and abs(residual) < 1e-6:
+            p[int(np.argmax(p))] += residual  # exact: both are multiples of 2**-P_BITS
+        self.p = p
         self.cpu = np.array([s.cpu_milli for s in self.shapes], np.int64)
         self.groups = _groups(self.shapes)
         q = len(self.groups.g)
@@ -226,16 +240,31 @@ class Workload:
     ) -> F64:
         """``F_n'(M)`` after taking ``g`` milli from each card in turn (nodes x cards); ``inf``
         where the card has less than ``g`` free. ``cpu_after`` is the node's cpu afterwards."""
+        return self.after_cards(cpu_after, free, free - g, free >= g, total, s, c, access)
+
+    def after_cards(
+        self,
+        cpu_after: I64,
+        free: I64,
+        after: I64,
+        fits: B,
+        total: I64,
+        s: I64,
+        c: I64,
+        access: B,
+    ) -> F64:
+        """``F_n'(M)`` if the pod goes on each card in turn (nodes x cards): card ``j`` is left
+        with ``after[:, j]`` instead of ``free[:, j]``; ``inf`` where ``fits`` is False."""
         gq = self.groups.g
         before = free[:, :, None]
-        after = before - g
+        left = after[:, :, None]
         ge_b = before >= gq
-        ge_a = after >= gq
-        s2 = s[:, None, :] + np.where(ge_a, after, 0) - np.where(ge_b, before, 0)
+        ge_a = left >= gq
+        s2 = s[:, None, :] + np.where(ge_a, left, 0) - np.where(ge_b, before, 0)
         c2 = c[:, None, :] + ge_a.astype(np.int64) - ge_b
         w = self.weights(cpu_after, access)[:, None, :]
-        out = self.fragmentation((total - g)[:, None], s2, c2, w)
-        out[free < g] = np.inf
+        out = self.fragmentation(total[:, None] - (free - after), s2, c2, w)
+        out[~fits] = np.inf
         return out
 
     def after_whole(

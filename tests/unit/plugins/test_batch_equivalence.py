@@ -14,11 +14,18 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from apis.allocation import DeviceAllocation, encode_allocations
+from apis.checkpoint import PodDeviceEntry, encode_devices_checkpoints
 from apis.core import Pod
+from apis.device import ANNOTATION_DEVICES_CHECKPOINTS, Device
+from apis.quantity import Quantity, int_value
+from scheduler.devices import NodeDeviceLedger
 from scheduler.framework.cycle_state import CycleState
-from scheduler.framework.interfaces import BatchFilterPlugin, BatchScorePlugin
+from scheduler.framework.interfaces import BatchFilterPlugin, BatchScorePlugin, Handle
 from scheduler.framework.status import Code
 from scheduler.framework.types import Snapshot
+from scheduler.plugins.gpufragmentation import GPUFragmentation
+from scheduler.plugins.gpufragmentation.args import parse_args as frag_args
 from scheduler.plugins.nodeaffinity import NodeAffinity
 from scheduler.plugins.nodeaffinity import parse_args as affinity_args
 from scheduler.plugins.nodename import NodeName
@@ -26,7 +33,14 @@ from scheduler.plugins.noderesources import NodeResourcesFit
 from scheduler.plugins.noderesources import parse_args as fit_args
 from scheduler.plugins.nodeunschedulable import NodeUnschedulable
 from scheduler.plugins.tainttoleration import TaintToleration
-from tests.builders import NodeBuilder, PodBuilder, make_node, make_pod
+from tests.builders import (
+    ManualClock,
+    NodeBuilder,
+    PodBuilder,
+    RecordingClient,
+    make_node,
+    make_pod,
+)
 
 KEYS = ["zone", "gpu", "tier", "kernel", "node.kubernetes.io/unschedulable"]
 VALUES = ["a", "b", "c", "1", "7", "42", "-3", ""]
@@ -223,3 +237,109 @@ def test_batch_forms_equal_per_node_forms(data: st.DataObject) -> None:
         pod = data.draw(assigned_pods(100 + i)).build()
         snapshot.add_pod(pod.node_name, pod)
     _check(plugins, data.draw(pending_pods()), snapshot)
+
+
+# -- GPUFragmentation: random GPU clusters over the device ledger ----------------------------
+
+GPU_MEMORIES = ["16Gi", "32Gi", "80Gi"]
+MODELS = ["A100", "T4", ""]
+GPU_REQUESTS: list[dict[str, str]] = [
+    {},
+    {"nvidia.com/gpu": "1"},
+    {"nvidia.com/gpu": "2"},
+    {"koordinator.sh/gpu": "50"},
+    {"koordinator.sh/gpu": "200"},
+    {"koordinator.sh/gpu-core": "50", "koordinator.sh/gpu-memory-ratio": "50"},
+    {"koordinator.sh/gpu-core": "25", "koordinator.sh/gpu-memory-ratio": "30"},
+    {"koordinator.sh/gpu-core": "50", "koordinator.sh/gpu-memory": "8Gi"},
+    {"koordinator.sh/gpu-memory": "10Gi"},
+    {"koordinator.sh/gpu-memory-ratio": "100", "koordinator.sh/gpu-core": "100"},
+    {"koordinator.sh/gpu.shared": "2", "koordinator.sh/gpu-memory-ratio": "60"},
+    {"koordinator.sh/gpu-core": "150"},  # invalid: scores 0 in both forms
+]
+FRAG_SHAPES = [
+    {"cpuMilli": 1000, "gpuMilli": 250, "gpuCount": 1, "weight": 2},
+    {"cpuMilli": 4000, "gpuMilli": 500, "gpuCount": 1, "weight": 3},
+    {"cpuMilli": 8000, "gpuMilli": 1000, "gpuCount": 1, "weight": 3, "models": ["A100"]},
+    {"cpuMilli": 16000, "gpuMilli": 1000, "gpuCount": 2, "weight": 1},
+    {"cpuMilli": 2000, "weight": 1},
+]
+
+
+def _gpu_card(minor: int, memory: str, healthy: bool) -> dict[str, Any]:
+    return {"type": "gpu", "id": f"GPU-{minor}", "minor": minor, "health": healthy,
+            "resources": {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": memory,
+                          "koordinator.sh/gpu-memory-ratio": "100"}}
+
+
+@st.composite
+def gpu_clusters(draw: st.DrawFn) -> tuple[Snapshot, Any]:
+    ledger = NodeDeviceLedger(rows=2, cards=2)
+    snapshot = Snapshot(capacity=4)
+    count = draw(st.integers(1, 12))
+    for i in range(count):
+        name = f"g{i}"
+        model = draw(st.sampled_from(MODELS))
+        node = make_node(name).cpu(str(draw(st.sampled_from([8, 16, 64]))))
+        if model:
+            node.label("node.koordinator.sh/gpu-model", model)
+        if draw(st.integers(0, 5)):
+            snapshot.set_node(node.build())
+        if not draw(st.integers(0, 5)):
+            continue  # a node without a Device CR
+        memory = draw(st.sampled_from(GPU_MEMORIES))
+        n_cards = draw(st.integers(1, 8))
+        sick = draw(st.frozensets(st.integers(0, n_cards - 1), max_size=1))
+        held = draw(st.frozensets(st.integers(0, n_cards - 1), max_size=2))
+        annotations = {}
+        if held:
+            entries = [PodDeviceEntry("k", "c", "nvidia.com/gpu",
+                                      tuple(f"GPU-{m}" for m in sorted(held)))]
+            annotations[ANNOTATION_DEVICES_CHECKPOINTS] = encode_devices_checkpoints(entries)
+        ledger.set_device(Device.from_dict({
+            "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Device",
+            "metadata": {"name": name, "annotations": annotations},
+            "spec": {"devices": [_gpu_card(m, memory, m not in sick) for m in range(n_cards)]},
+        }))
+        bytes_ = int_value(Quantity.parse(memory))
+        for j in range(draw(st.integers(0, 6))):
+            minor = draw(st.integers(0, n_cards - 1))
+            core, ratio = draw(st.integers(1, 40)), draw(st.integers(1, 40))
+            allocation = encode_allocations({"gpu": [DeviceAllocation.from_ints(minor, {
+                "koordinator.sh/gpu-core": core, "koordinator.sh/gpu-memory-ratio": ratio,
+                "koordinator.sh/gpu-memory": ratio * bytes_ // 100})]})
+            pod = (make_pod(f"{name}-{j}").req(cpu=str(draw(st.integers(0, 4)))).node(name)
+                   .annotation("scheduling.koordinator.sh/device-allocated", allocation).build())
+            ledger.observe_pod(None, pod)
+            if snapshot.get(name) is not None:
+                snapshot.add_pod(name, pod)
+    for name in draw(st.lists(st.sampled_from([f"g{i}" for i in range(count)]), max_size=2)):
+        snapshot.remove_node(name)
+    return snapshot, ledger
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_gpufragmentation_batch_score_equals_per_node_score(data: st.DataObject) -> None:
+    snapshot, ledger = data.draw(gpu_clusters())
+    args = frag_args({
+        "strategy": data.draw(st.sampled_from(["FragmentationGradient", "BestFit", "Random"])),
+        "gradient": {
+            "quantization": data.draw(st.sampled_from(["Linear", "Sigmoid"])),
+            "resolution": data.draw(st.sampled_from([1, 10, 100])),
+            "strandedWeight": data.draw(st.sampled_from([0, 1, 0.5])),
+        },
+        "tieBreak": data.draw(st.lists(st.sampled_from(["SmallestNode", "Packing", "FirstFit"]),
+                                       unique=True, max_size=3)),
+        "targetWorkload": {"shapes": FRAG_SHAPES},
+    })
+    plugin = GPUFragmentation(ledger, args, Handle(snapshot, RecordingClient(), ManualClock()))
+    infos = list(snapshot.node_infos())
+    slots = snapshot.live_slots()
+    for _ in range(3):
+        pod = make_pod("pending").req(cpu=str(data.draw(st.integers(0, 8)))).req(
+            data.draw(st.sampled_from(GPU_REQUESTS))).build()
+        state = CycleState()
+        plugin.pre_filter(state, pod)
+        batch = plugin.score_nodes(state, pod, snapshot, slots)
+        assert batch.tolist() == [plugin.score(state, pod, i) for i in infos], pod.requests

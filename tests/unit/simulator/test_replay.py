@@ -85,7 +85,6 @@ def _config(args: dict[str, Any] | None = None) -> Any:
         profile["plugins"] = {
             "preFilter": {"enabled": [{"name": "GPUFragmentation"}]},
             "score": {"disabled": [{"name": "*"}], "enabled": [{"name": "GPUFragmentation"}]},
-            "reserve": {"enabled": [{"name": "GPUFragmentation"}]},
         }
         profile["pluginConfig"] = [{"name": "GPUFragmentation", "args": args}]
     return parse_config(

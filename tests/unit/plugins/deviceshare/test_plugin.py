@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 from apis.allocation import ANNOTATION_DEVICE_ALLOCATED
 from apis.hints import ANNOTATION_DEVICE_ALLOCATE_HINT, ANNOTATION_DEVICE_JOINT_ALLOCATE
 from scheduler.config import parse_config
+from scheduler.devices import ledger_of
+from scheduler.devices.ledger import NodeDeviceLedger
 from scheduler.framework.cycle_state import CycleState
 from scheduler.framework.events import (
     ASSIGNED_POD_DELETE,
@@ -28,8 +30,8 @@ from scheduler.framework.events import (
 from scheduler.framework.interfaces import Handle, PluginArgsError
 from scheduler.framework.status import Code
 from scheduler.plugins.deviceshare import new_deviceshare
-from scheduler.plugins.deviceshare.ledger import NodeDeviceLedger
-from scheduler.plugins.deviceshare.plugin import LEDGER_KEY, DeviceShare
+from scheduler.plugins.deviceshare.args import parse_args
+from scheduler.plugins.deviceshare.plugin import DeviceShare
 from scheduler.plugins.nodeaffinity import NodeAffinity
 from scheduler.plugins.nodeaffinity import parse_args as affinity_args
 from scheduler.plugins.registry import default_plugins, in_tree_registry
@@ -37,7 +39,7 @@ from scheduler.scheduler import Scheduler
 from scheduler.simulator.cluster import InMemoryCluster
 from scheduler.simulator.run import SimulatedClock
 from tests.builders import ManualClock, RecordingClient, make_node
-from tests.unit.plugins.deviceshare.helpers import (
+from tests.unit.devices.helpers import (
     GI,
     bound,
     device,
@@ -75,7 +77,9 @@ def test_profiles_share_one_ledger_and_one_handler() -> None:
                                    shared=shared, event_handlers=handlers))
         for name in ("a", "b")
     ]
-    assert plugins[0].ledger is plugins[1].ledger is shared[LEDGER_KEY]
+    third = Handle(snapshot_of([]), RecordingClient(), ManualClock(), "c", shared=shared,
+                   event_handlers=handlers)
+    assert plugins[0].ledger is plugins[1].ledger is ledger_of(third)
     assert len(handlers) == 1
 
 
@@ -285,8 +289,7 @@ def test_batch_equals_per_node(ledger: NodeDeviceLedger, pod_spec: tuple[dict[st
                                dict[str, str]], binpack: bool, extra: int,
                                remove_victim: bool) -> None:
     args = {"scoringStrategy": {"type": "MostAllocated" if binpack else "LeastAllocated"}}
-    plugin = new_deviceshare(args, Handle(snapshot_of([]), RecordingClient(), ManualClock(),
-                                          shared={LEDGER_KEY: ledger}))
+    plugin = DeviceShare(ledger, parse_args(args))
     # Nodes with and without a ledger row, in a shuffled slot order, one of them deleted.
     names = [f"n{i}" for i in range(ledger.n_rows + extra)]
     random.Random(len(names)).shuffle(names)

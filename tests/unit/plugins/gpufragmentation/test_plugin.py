@@ -5,12 +5,21 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 
-from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, decode_allocations
+from apis.allocation import (
+    ANNOTATION_DEVICE_ALLOCATED,
+    DeviceAllocation,
+    decode_allocations,
+    encode_allocations,
+)
+from apis.checkpoint import PodDeviceEntry, encode_devices_checkpoints
+from apis.device import ANNOTATION_DEVICES_CHECKPOINTS
 from scheduler.config import parse_config
 from scheduler.framework.cycle_state import CycleState
 from scheduler.plugins.deviceshare import plugin as deviceshare_plugin
@@ -21,6 +30,7 @@ from scheduler.scheduler import Scheduler
 from scheduler.simulator.cluster import InMemoryCluster
 from scheduler.simulator.run import SimulatedClock
 from scheduler.simulator.trace import TraceNode, TracePod, device_object, node_object, pod_object
+from tests.builders import make_node, make_pod
 
 NAME = "koord-scheduler"
 SHAPES = [
@@ -44,7 +54,6 @@ def _config(args: Mapping[str, Any]) -> Any:
                             "disabled": [{"name": "*"}],
                             "enabled": [{"name": "GPUFragmentation"}],
                         },
-                        "reserve": {"enabled": [{"name": "GPUFragmentation"}]},
                     },
                     "pluginConfig": [{"name": "GPUFragmentation", "args": dict(args)}],
                 }
@@ -92,7 +101,6 @@ def _pod(name: str, milli: int, count: int = 1, cpu: int = 1000) -> TracePod:
 
 def test_the_hook_keys_are_deviceshares() -> None:
     assert gpufrag_plugin.PREFERRED_GPUS_KEY == deviceshare_plugin.PREFERRED_GPUS_KEY
-    assert gpufrag_plugin.ALLOCATION_KEY == deviceshare_plugin.ALLOCATION_KEY
 
 
 @pytest.mark.parametrize(
@@ -149,36 +157,21 @@ def test_both_score_forms_agree() -> None:
         h.close()
 
 
-def test_reserve_and_the_bind_event_count_once() -> None:
+def _shares(h: Harness, node: str) -> list[int]:
+    ledger = h.plugin.ledger
+    row = ledger.row_of(node)
+    assert row is not None
+    return ledger.table("gpu").share[row, : len(ledger.minors(node, "gpu"))].tolist()
+
+
+def test_reads_the_ledger_deviceshare_reserves_into() -> None:
     h = Harness([TraceNode("n0", 8000, 65536, 2, "T4")])
     try:
         h.place(_pod("a", 500))
-        row = h.plugin.cards.row_of("n0")
-        assert row is not None
-        assert h.plugin.cards.free[row, :2].tolist() == [500, 1000]
+        assert _shares(h, "n0") == [500, 1000]
         h.cluster.delete_pod("openb/a")
         h.sched.drain()
-        assert h.plugin.cards.free[row, :2].tolist() == [1000, 1000]
-    finally:
-        h.close()
-
-
-def test_unreserve_releases_only_a_reservation() -> None:
-    h = Harness([TraceNode("n0", 8000, 65536, 2, "T4")])
-    try:
-        cards = h.plugin.cards
-        allocation = (
-            '{"gpu":[{"minor":1,"resources":{"koordinator.sh/gpu-core":"30",'
-            '"koordinator.sh/gpu-memory-ratio":"30"}}]}'
-        )
-        state = CycleState()
-        state.write(gpufrag_plugin.ALLOCATION_KEY, allocation)
-        pod = h.cluster.apply_pod(pod_object(_pod("x", 300), "nobody"))
-        h.plugin.reserve(state, pod, "n0")
-        row = cards.row_of("n0")
-        assert row is not None and cards.free[row, 1] == 700
-        h.plugin.unreserve(state, pod, "n0")
-        assert cards.free[row, 1] == 1000
+        assert _shares(h, "n0") == [1000, 1000]
     finally:
         h.close()
 
@@ -239,3 +232,156 @@ def test_random_is_seeded() -> None:
         finally:
             h.close()
     assert placements[0] == placements[1]
+
+
+# -- the fragmentation profile against the default profile, on the same cluster -------------
+
+REPO = Path(__file__).resolve().parents[4]
+GI = 1024**3
+
+
+def _device_obj(node: str, *cards: dict[str, Any], checkpoints: str | None = None
+                ) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": node}
+    if checkpoints is not None:
+        meta["annotations"] = {ANNOTATION_DEVICES_CHECKPOINTS: checkpoints}
+    return {"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Device",
+            "metadata": meta, "spec": {"devices": list(cards)}}
+
+
+def _profile_config(profile: str | None) -> Any:
+    if profile is None:
+        return parse_config({"apiVersion": "kubescheduler.config.k8s.io/v1",
+                             "kind": "KubeSchedulerConfiguration",
+                             "profiles": [{"schedulerName": NAME}]})
+    with open(REPO / "config" / "profiles" / f"{profile}.yaml", encoding="utf-8") as f:
+        return parse_config(yaml.safe_load(f))
+
+
+def _scheduler(profile: str | None, devices: Sequence[dict[str, Any]], running: Sequence[Any]
+               ) -> tuple[InMemoryCluster, Scheduler]:
+    cluster = InMemoryCluster()
+    for d in devices:
+        name = d["metadata"]["name"]
+        cards = d["spec"]["devices"]
+        memory = cards[0]["resources"]["koordinator.sh/gpu-memory"]
+        cluster.apply_node(make_node(name).cpu("16").memory("64Gi")
+                           .gpu_resources(len(cards), memory, nvidia=True)
+                           .resource("koordinator.sh/gpu", 100 * len(cards))
+                           .label("node.koordinator.sh/gpu-model", "A100").obj())
+        cluster.apply_device(d)
+    for p in running:
+        cluster.apply_pod(p.scheduler("other").obj())
+    sched = Scheduler(_profile_config(profile), cluster, in_tree_registry(), default_plugins(),
+                      clock=SimulatedClock(), rng=random.Random(0), bind_workers=1)
+    sched.drain()
+    return cluster, sched
+
+
+def _place_with(profile: str | None, devices: Sequence[dict[str, Any]],
+                running: Sequence[Any], pod: Any) -> tuple[str, str]:
+    """Node and failure message of ``pod`` under ``profile`` (None: the default profile)."""
+    cluster, sched = _scheduler(profile, devices, running)
+    try:
+        key = cluster.apply_pod(pod.scheduler(NAME).obj()).key
+        sched.run_until_idle()
+        return cluster.pods[key].node_name, sched.failures.get(key, "")
+    finally:
+        sched.close()
+
+
+def _alloc(minor: int, core: int, ratio: int, memory: int) -> str:
+    return encode_allocations({"gpu": [DeviceAllocation.from_ints(minor, {
+        "koordinator.sh/gpu-core": core, "koordinator.sh/gpu-memory-ratio": ratio,
+        "koordinator.sh/gpu-memory": memory})]})
+
+
+def _running(name: str, node: str, allocation: str) -> Any:
+    return (make_pod(name).req(cpu="1").node(node)
+            .annotation(ANNOTATION_DEVICE_ALLOCATED, allocation))
+
+
+def _gpu(minor: int, memory: str) -> dict[str, Any]:
+    return {"type": "gpu", "id": f"GPU-{minor}", "minor": minor, "health": True,
+            "resources": {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": memory,
+                          "koordinator.sh/gpu-memory-ratio": "100"}}
+
+
+# One 32Gi card with 90 core and 40 ratio (12.8Gi) free: a pod holding core 10 + 60%.
+_HALF_USED = ([_device_obj("n0", _gpu(0, "32Gi"))],
+              [_running("held", "n0", _alloc(0, 10, 60, 32 * GI * 60 // 100))])
+
+
+@pytest.mark.parametrize(
+    ("cluster", "requests", "node"),
+    [
+        # Before: GPUFragmentation folded the card to min(core, ratio) = 400 milli and the pod
+        # to 500 ("no node has 1 cpu, 0 memory and 1 GPU card(s) with 500 of 1000 milli-GPU
+        # free"), while DeviceShare places it: 50 <= 90 core, 8Gi = 25% <= 40% memory.
+        pytest.param(_HALF_USED, {"koordinator.sh/gpu-core": "50",
+                                  "koordinator.sh/gpu-memory": "8Gi"}, "n0",
+                     id="core-50-memory-8Gi"),
+        pytest.param(_HALF_USED, {"koordinator.sh/gpu-memory": "12Gi"}, "n0", id="memory-only"),
+        pytest.param(_HALF_USED, {"koordinator.sh/gpu-memory": "13Gi"}, "", id="memory-too-much"),
+        pytest.param(_HALF_USED, {"koordinator.sh/gpu-core": "30",
+                                  "koordinator.sh/gpu-memory-ratio": "40"}, "n0", id="ratio"),
+        pytest.param(_HALF_USED, {"koordinator.sh/gpu-core": "30",
+                                  "koordinator.sh/gpu-memory-ratio": "41"}, "", id="ratio-over"),
+        pytest.param(([_device_obj("n0", _gpu(0, "16Gi"), _gpu(1, "16Gi"), _gpu(2, "16Gi"))],
+                      [_running("held", "n0", _alloc(1, 0, 1, 16 * GI // 100))]),
+                     {"nvidia.com/gpu": "2"}, "n0", id="two-whole-cards"),
+        pytest.param(([_device_obj("n0", _gpu(0, "16Gi"), _gpu(1, "16Gi"))],
+                      [_running("held", "n0", _alloc(1, 0, 1, 16 * GI // 100))]),
+                     {"nvidia.com/gpu": "2"}, "", id="two-whole-cards-one-busy"),
+        pytest.param(([_device_obj("n0", _gpu(0, "16Gi"), _gpu(1, "16Gi"))], []),
+                     {"koordinator.sh/gpu": "200"}, "n0", id="koord-gpu-200"),
+    ],
+)
+def test_fragmentation_profile_fits_exactly_what_the_default_profile_fits(
+    cluster: tuple[Sequence[dict[str, Any]], Sequence[Any]], requests: dict[str, str],
+    node: str,
+) -> None:
+    devices, running = cluster
+    results = {}
+    for profile in (None, "fragmentation"):
+        pod = make_pod("p").req(cpu="1").req(requests)
+        results[profile] = _place_with(profile, devices, running, pod)
+    assert results[None][0] == node, results[None][1]
+    assert results["fragmentation"][0] == node, results["fragmentation"][1]
+
+
+def _checkpoint(*ids: str) -> str:
+    return encode_devices_checkpoints(
+        [PodDeviceEntry("kubelet-pod", "cuda", "nvidia.com/gpu", tuple(ids))]
+    )
+
+
+def test_kubelet_held_cards_are_not_offered() -> None:
+    # On n0, card 0 is held by a pod the kubelet allocated (devices-checkpoints) and card 1
+    # has 40 free; n1 has an idle card. Before, GPUFragmentation saw n0's card 0 idle: it
+    # named it to DeviceShare for a 50 share and let a whole-GPU pod past its fail-fast check.
+    devices = [
+        _device_obj("n0", _gpu(0, "16Gi"), _gpu(1, "16Gi"), checkpoints=_checkpoint("GPU-0")),
+        _device_obj("n1", _gpu(0, "16Gi")),
+    ]
+    running = [
+        _running("busy", "n0", _alloc(1, 60, 60, 16 * GI * 60 // 100)),
+        _running("whole", "n1", _alloc(0, 100, 100, 16 * GI)),
+    ]
+    cluster, sched = _scheduler("fragmentation", devices, running[:1])
+    try:
+        plugin = sched.profiles[NAME].plugin("GPUFragmentation")
+        pod = cluster.apply_pod(make_pod("p").req(cpu="1").req(
+            {"koordinator.sh/gpu-core": "50", "koordinator.sh/gpu-memory-ratio": "50"}
+        ).scheduler(NAME).obj())
+        state = CycleState()
+        assert plugin.pre_filter(state, pod) is None
+        preference = state.get(gpufrag_plugin.PREFERRED_GPUS_KEY)
+        assert (preference.get("n0"), preference.get("n1")) == (None, (0,))
+        cluster.apply_pod(running[1].scheduler("other").obj())
+        sched.drain()
+        whole = make_pod("w").req(cpu="1").req({"nvidia.com/gpu": "1"}).build()
+        status = plugin.pre_filter(CycleState(), whole)
+        assert status is not None and "no node has" in status.message
+    finally:
+        sched.close()

@@ -4,19 +4,28 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from apis.device import Device
 from apis.hints import ANNOTATION_DEVICE_ALLOCATE_HINT, ANNOTATION_DEVICE_JOINT_ALLOCATE
+from scheduler.devices.allocator import (
+    allocate,
+    card_amounts,
+    card_fits,
+    card_left,
+    card_taken,
+    feasible_rows,
+    rows_feasible,
+)
+from scheduler.devices.ledger import NodeDeviceLedger
+from scheduler.devices.request import CardUse, parse_request
+from scheduler.devices.scoring import Scorer
 from scheduler.framework.status import Code, Status
-from scheduler.plugins.deviceshare.allocator import allocate, feasible_rows
 from scheduler.plugins.deviceshare.args import parse_args
-from scheduler.plugins.deviceshare.ledger import NodeDeviceLedger
-from scheduler.plugins.deviceshare.request import CardUse, parse_request
-from scheduler.plugins.deviceshare.scoring import Scorer
-from tests.unit.plugins.deviceshare.helpers import (
+from tests.unit.devices.helpers import (
     GI,
     bound,
     device,
@@ -208,3 +217,35 @@ def test_feasible_rows_equals_allocate(ledger: NodeDeviceLedger, requests: dict[
         assert row is not None
         result = allocate(ledger.node_view(f"n{n}", request.device_types), request, scorer)
         assert bool(rows[row]) == isinstance(result, list), (f"n{n}", result)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ledgers(), st.sampled_from(REQUESTS))
+def test_card_matrices_equal_card_amounts(ledger: NodeDeviceLedger,
+                                          requests: dict[str, Any]) -> None:
+    """``card_fits``/``card_taken``/``card_left`` (rows x cards) agree with the per-card
+    reference ``card_amounts`` on every card of every node, and rows_feasible with
+    feasible_rows."""
+    request = parse_request(gpu_pod("p", requests).build())
+    assert request is not None
+    rows = np.arange(ledger.n_rows)
+    assert rows_feasible(ledger, request, rows).tolist() == \
+        feasible_rows(ledger, request)[:-1].tolist()
+    for treq in request.types:
+        t = treq.device_type
+        fits, taken = card_taken(ledger, treq, rows)
+        fits_left, left = card_left(ledger, treq, rows)
+        assert (fits == card_fits(ledger, treq, rows)).all() and (fits == fits_left).all()
+        for n in range(ledger.n_rows):
+            name = ledger.node_name(n)
+            cols = {m: c for c, m in enumerate(ledger.minors(name, t))}
+            for card in ledger.node_view(name, [t]).cards[t]:
+                col = cols[card.minor]
+                amounts = card_amounts(treq, card)
+                assert bool(fits[n, col]) == (amounts is not None), (name, card)
+                if amounts is None:
+                    continue
+                assert tuple(int(x) for x in taken[:, n, col]) == amounts
+                after = [f - a for f, a in zip(card.free, amounts, strict=True)]
+                parts = [f * 1000 // x for x, f in zip(card.total, after, strict=True) if x > 0]
+                assert int(left[n, col]) == (min(parts) if parts else 0)

@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 
 from apis.hints import ANNOTATION_DEVICE_ALLOCATE_HINT, ANNOTATION_DEVICE_JOINT_ALLOCATE
+from scheduler.devices.request import TypeRequest, parse_request
 from scheduler.framework.status import Code
 from scheduler.plugins.deviceshare.plugin import STATE_KEY, DeviceShareState
-from scheduler.plugins.deviceshare.request import TypeRequest, parse_request
 from tests.builders import make_pod
-from tests.unit.plugins.deviceshare.helpers import GI, gpu_pod, gpus, plugin_of, prefilter
+from tests.unit.devices.helpers import GI, gpu_pod, gpus, plugin_of, prefilter
 
 CORE = "koordinator.sh/gpu-core"
 MEM = "koordinator.sh/gpu-memory"

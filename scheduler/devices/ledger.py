@@ -1,16 +1,23 @@
 """``NodeDeviceLedger``: every node's devices, what each card has, and who holds what.
 
-Role: DeviceShare's node device cache (Koordinator's ``nodeDeviceCache``,
-``device_cache.go``), kept as numpy matrices so Filter and Score can look at every card of
-the cluster in one pass. Per device type (gpu, rdma, fpga) and per tracked resource
+Role: the scheduler's one source of truth for card state (Koordinator's ``nodeDeviceCache``,
+``device_cache.go``), shared by every profile and plugin through the Handle
+(``scheduler.devices.ledger_of``) and kept as numpy matrices so Filter and Score can look at
+every card of the cluster in one pass. Per device type (gpu, rdma, fpga) and per tracked resource
 (``request.RESOURCES_BY_TYPE``) there are ``rows x cards`` int64 matrices ``total``, ``used``
 and ``free``, boolean ``exists``/``healthy`` masks, and per-row sums of ``total`` and of the
-allocated part ``total - free``. A node gets a row the first time it has a Device CR or a
-holding; rows and card columns grow by doubling and are updated in place, per change.
+allocated part ``total - free``, and ``share``: the free part of each card in thousandths,
+``min_r(free_r * 1000 // total_r)`` over the card's declared resources (1000 = an idle card,
+0 for an unhealthy or undeclared one). ``row_version`` changes whenever anything of a row
+does, so readers can cache per-row derived values. A node gets a row the first time it has a
+Device CR or a holding; rows and card columns grow by doubling and are updated in place, per
+change.
 
-Fed by (all on the scheduling thread): Device add/update/delete, Pod changes (the
+Fed only by the scheduling thread: Device add/update/delete, Pod changes (the
 ``scheduling.koordinator.sh/device-allocated`` annotation of assigned pods of any scheduler),
-and the plugin's Reserve/Unreserve.
+and DeviceShare's Reserve/Unreserve (which also carry the bind outcome: a failed bind runs
+Unreserve, a successful one is confirmed by the pod's event). Readers never write; what-if
+questions (preemption dry runs) go through ``overlay.NodeOverlay``, which never mutates it.
 
 Invariants:
 
@@ -46,8 +53,7 @@ from apis.checkpoint import CheckpointError
 from apis.core import Pod
 from apis.device import Device
 from apis.resources import DEVICE_TYPES
-from scheduler.framework.events import Change
-from scheduler.plugins.deviceshare.request import (
+from scheduler.devices.request import (
     ANNOTATION,
     CHECKPOINT,
     RESERVED,
@@ -58,14 +64,18 @@ from scheduler.plugins.deviceshare.request import (
     checkpoint_uses,
     uses_from_annotation,
 )
-from scheduler.plugins.deviceshare.topology import CardMeta, CardView, NodeView
+from scheduler.devices.topology import CardMeta, CardView, NodeView
+from scheduler.framework.events import Change
 
-__all__ = ["NodeDeviceLedger"]
+__all__ = ["SHARE", "NodeDeviceLedger"]
 
 log = structlog.get_logger(__name__)
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
+
+SHARE = 1000
+"""``share`` of an idle card (thousandths)."""
 
 
 class _Table:
@@ -80,13 +90,16 @@ class _Table:
         self.healthy: B = np.zeros((rows, cards), bool)
         self.sum_total: I64 = np.zeros((n_res, rows), np.int64)
         self.sum_alloc: I64 = np.zeros((n_res, rows), np.int64)
+        self.share: I64 = np.zeros((rows, cards), np.int64)
 
     @property
     def cards(self) -> int:
         return int(self.exists.shape[1])
 
     def grow(self, rows: int, cards: int) -> None:
-        for name in ("total", "used", "free", "exists", "healthy", "sum_total", "sum_alloc"):
+        for name in (
+            "total", "used", "free", "exists", "healthy", "sum_total", "sum_alloc", "share"
+        ):
             old = getattr(self, name)
             shape = {3: (self.n_res, rows, cards), 2: (rows, cards)}[old.ndim]
             if name.startswith("sum_"):
@@ -96,10 +109,13 @@ class _Table:
             setattr(self, name, new)
 
     def refresh(self, row: int, cols: Iterable[int]) -> None:
-        for col in cols:
-            np.maximum(
-                self.total[:, row, col] - self.used[:, row, col], 0, out=self.free[:, row, col]
-            )
+        idx = np.fromiter(cols, np.int64)
+        total = self.total[:, row, idx]
+        free = np.maximum(total - self.used[:, row, idx], 0)
+        self.free[:, row, idx] = free
+        declared = total > 0
+        part = np.where(declared, free * SHARE // np.maximum(total, 1), SHARE)
+        self.share[row, idx] = np.where(declared.any(axis=0), part.min(axis=0), 0)
         self.sum_total[:, row] = self.total[:, row, :].sum(axis=1)
         self.sum_alloc[:, row] = self.sum_total[:, row] - self.free[:, row, :].sum(axis=1)
 
@@ -131,6 +147,9 @@ class NodeDeviceLedger:
         self._by_node: dict[str, set[str]] = {}
         self.annotation_errors = 0
         self.node_set_generation = 0
+        self.row_version: I64 = np.zeros(self._rows_cap, np.int64)
+        """Per row, a counter value that changes whenever the row's cards or holders do."""
+        self._tick = 0
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -147,8 +166,29 @@ class NodeDeviceLedger:
     def has_device(self, node: str) -> bool:
         return node in self._devices
 
+    @property
+    def row_capacity(self) -> int:
+        """Allocated rows of every matrix (>= ``n_rows``; grows by doubling)."""
+        return self._rows_cap
+
+    def node_name(self, row: int) -> str:
+        return self._names[row]
+
+    def device(self, node: str) -> Device | None:
+        """The node's Device CR as last seen."""
+        return self._devices.get(node)
+
+    def minors(self, node: str, device_type: str) -> tuple[int, ...]:
+        """The card minor of each column of the node's row (columns in this order)."""
+        row = self._row_of.get(node)
+        return () if row is None else tuple(self._meta[row][device_type].minors)
+
     def holding(self, uid: str) -> Holding | None:
         return self._holdings.get(uid)
+
+    def checkpoint_holding(self, node: str) -> Holding | None:
+        """The cards kubelet-allocated pods hold on ``node`` (``devices-checkpoints``)."""
+        return self._checkpoints.get(node)
 
     def holdings_on(self, node: str) -> list[Holding]:
         return [self._holdings[u] for u in sorted(self._by_node.get(node, ()))]
@@ -162,9 +202,14 @@ class NodeDeviceLedger:
         return None if col is None else rt.cols[col]
 
     def node_view(
-        self, node: str, device_types: Iterable[str], removed: Iterable[Holding] = ()
+        self,
+        node: str,
+        device_types: Iterable[str],
+        removed: Iterable[Holding] = (),
+        added: Iterable[Holding] = (),
     ) -> NodeView:
-        """The node's cards of ``device_types``; ``removed`` holdings count as released."""
+        """The node's cards of ``device_types``; ``removed`` holdings count as released and
+        ``added`` ones as held (a what-if view: the ledger itself is not changed)."""
         row = self._row_of.get(node)
         minus: dict[tuple[str, int], list[int]] = {}
         for h in removed:
@@ -172,6 +217,11 @@ class NodeDeviceLedger:
                 continue
             for use in h.uses:
                 _accumulate(minus, use, 1)
+        for h in added:
+            if h.node != node:
+                continue
+            for use in h.uses:
+                _accumulate(minus, use, -1)
         cards: dict[str, tuple[CardView, ...]] = {}
         for t in device_types:
             if row is None:
@@ -335,6 +385,7 @@ class NodeDeviceLedger:
                         "total": tuple(int(x) for x in tbl.total[:, row, col]),
                         "used": used,
                         "free": tuple(int(x) for x in tbl.free[:, row, col]),
+                        "share": int(tbl.share[row, col]),
                     }
                 if cards:
                     per_type[t] = dict(sorted(cards.items()))
@@ -384,8 +435,16 @@ class NodeDeviceLedger:
         self._row_of[node] = row
         self._names.append(node)
         self._meta.append({t: _RowType() for t in DEVICE_TYPES})
+        if len(self.row_version) < self._rows_cap:
+            version = np.zeros(self._rows_cap, np.int64)
+            version[: len(self.row_version)] = self.row_version
+            self.row_version = version
         self.node_set_generation += 1
         return row
+
+    def _touch(self, row: int) -> None:
+        self._tick += 1
+        self.row_version[row] = self._tick
 
     def _ensure_cards(self, tbl: _Table, n: int) -> None:
         if n > tbl.cards:
@@ -439,6 +498,7 @@ class NodeDeviceLedger:
                     tbl.used[:, row, col] = used
             self._meta[row][t] = rt
             tbl.refresh(row, range(tbl.cards))
+        self._touch(row)
 
     def _set_holding(self, holding: Holding) -> None:
         current = self._holdings.get(holding.uid)
@@ -485,6 +545,7 @@ class NodeDeviceLedger:
             touched.setdefault(use.device_type, set()).add(col)
         for t, cols in touched.items():
             self._tables[t].refresh(row, cols)
+        self._touch(row)
 
 
 def _accumulate(into: dict[tuple[str, int], list[int]], use: CardUse, sign: int) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from apis.device import DeviceTopology
-from scheduler.plugins.deviceshare.topology import CardMeta, CardView, choose_scoped, choose_whole
+from scheduler.devices.topology import CardMeta, CardView, choose_scoped, choose_whole
 
 # minor -> (numa, pcie): two NUMA nodes, two switches each, two cards per switch.
 EIGHT = [(0, "A"), (0, "A"), (0, "B"), (0, "B"), (1, "C"), (1, "C"), (1, "D"), (1, "D")]

@@ -16,6 +16,8 @@ from apis.core import Pod
 from apis.device import Device
 from apis.quantity import Quantity, int_value
 from apis.resources import GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO, RDMA
+from scheduler.devices.ledger import NodeDeviceLedger
+from scheduler.devices.request import RESOURCES_BY_TYPE
 from scheduler.framework.cycle_state import CycleState
 from scheduler.framework.events import Change
 from scheduler.framework.interfaces import Handle
@@ -23,9 +25,7 @@ from scheduler.framework.status import Status
 from scheduler.framework.types import NodeInfo, Snapshot
 from scheduler.plugins.deviceshare import new_deviceshare
 from scheduler.plugins.deviceshare.args import DeviceShareArgs
-from scheduler.plugins.deviceshare.ledger import NodeDeviceLedger
 from scheduler.plugins.deviceshare.plugin import DeviceShare
-from scheduler.plugins.deviceshare.request import RESOURCES_BY_TYPE
 from tests.builders import ManualClock, PodBuilder, RecordingClient, make_node, make_pod
 
 GI = 1024**3
@@ -146,7 +146,10 @@ def verify(ledger: NodeDeviceLedger) -> None:
                 total = meta.declared if meta is not None and meta.healthy else (0,) * n_res
                 assert list(c["used"]) == want, (node, device_type, minor)
                 assert c["total"] == total, (node, device_type, minor)
-                assert list(c["free"]) == [max(t - u, 0) for t, u in zip(total, want, strict=True)]
+                free = [max(t - u, 0) for t, u in zip(total, want, strict=True)]
+                assert list(c["free"]) == free
+                parts = [f * 1000 // t for t, f in zip(total, free, strict=True) if t > 0]
+                assert c["share"] == (min(parts) if parts else 0), (node, device_type, minor)
                 assert c["exists"] == (meta is not None)
                 assert c["healthy"] == (meta is not None and meta.healthy)
             sum_total = tuple(sum(c["total"][i] for c in cards.values()) for i in range(n_res))

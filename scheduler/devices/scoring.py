@@ -20,27 +20,54 @@ Invariants: integer arithmetic only; ``node_score`` and ``score_rows`` agree on 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Final
+from dataclasses import dataclass
+from typing import Final, Protocol
 
 import numpy as np
 
-from apis.resources import DEVICE_TYPES
+from apis.resources import DEVICE_TYPES, FPGA, GPU_MEMORY, GPU_MEMORY_RATIO, RDMA
+from scheduler.devices.ledger import NodeDeviceLedger
+from scheduler.devices.request import RESOURCES_BY_TYPE, DeviceRequest
+from scheduler.devices.topology import CardView
+from scheduler.framework.plugin_args import LEAST_ALLOCATED, MOST_ALLOCATED
 from scheduler.framework.types import IntArray
-from scheduler.plugins.deviceshare.args import MOST_ALLOCATED, DeviceShareArgs
-from scheduler.plugins.deviceshare.ledger import NodeDeviceLedger
-from scheduler.plugins.deviceshare.request import RESOURCES_BY_TYPE, DeviceRequest
-from scheduler.plugins.deviceshare.topology import CardView
 
-__all__ = ["MAX_SCORE", "Scorer"]
+__all__ = ["DEFAULT_RESOURCES", "MAX_SCORE", "Scorer", "ScoringPolicy", "ScoringStrategy"]
 
 MAX_SCORE: Final = 100
+
+DEFAULT_RESOURCES: Final[tuple[tuple[str, int], ...]] = (
+    (GPU_MEMORY_RATIO, 1),
+    (GPU_MEMORY, 1),
+    (RDMA, 1),
+    (FPGA, 1),
+)
+"""Koordinator's v1beta3 default weights (DeviceShare's args default to them)."""
+
+
+class ScoringStrategy(Protocol):
+    """What a scorer is configured with (DeviceShare's args are one)."""
+
+    @property
+    def strategy(self) -> str: ...
+
+    @property
+    def resources(self) -> tuple[tuple[str, int], ...]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ScoringPolicy:
+    """A plain ``ScoringStrategy`` for front ends without plugin args (extender, gangs)."""
+
+    strategy: str = LEAST_ALLOCATED
+    resources: tuple[tuple[str, int], ...] = DEFAULT_RESOURCES
 
 
 class Scorer:
     """The configured strategy and weights, applied to cards and nodes."""
 
-    def __init__(self, args: DeviceShareArgs | None = None) -> None:
-        args = args if args is not None else DeviceShareArgs()
+    def __init__(self, args: ScoringStrategy | None = None) -> None:
+        args = args if args is not None else ScoringPolicy()
         self.most_allocated = args.strategy == MOST_ALLOCATED
         weights = dict(args.resources)
         self.weights: Mapping[str, tuple[tuple[int, int], ...]] = {

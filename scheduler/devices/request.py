@@ -1,4 +1,5 @@
-"""What pods ask for and what holders take: the parsing layer of DeviceShare (SPEC §3, §5, §8).
+"""What pods ask for and what holders take: the parsing layer of the device ledger (SPEC §3,
+§5, §8), used by DeviceShare, GPUFragmentation and any other front end.
 
 Role, part 1: turn a pod into a frozen ``DeviceRequest`` (computed once in PreFilter): the
 validated, converted per-device-type request (``apis.resources.device_requests`` +

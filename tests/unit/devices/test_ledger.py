@@ -15,18 +15,18 @@ from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, DeviceAllocation, encod
 from apis.checkpoint import PodDeviceEntry, encode_devices_checkpoints
 from apis.core import Pod
 from apis.device import ANNOTATION_DEVICES_CHECKPOINTS, Device
-from scheduler.framework.events import Change
-from scheduler.plugins.deviceshare.allocator import allocate
-from scheduler.plugins.deviceshare.ledger import NodeDeviceLedger
-from scheduler.plugins.deviceshare.request import (
+from scheduler.devices.allocator import allocate
+from scheduler.devices.ledger import NodeDeviceLedger
+from scheduler.devices.request import (
     RESERVED,
     CardUse,
     Holding,
     parse_request,
     uses_from_annotation,
 )
-from scheduler.plugins.deviceshare.scoring import Scorer
-from tests.unit.plugins.deviceshare.helpers import (
+from scheduler.devices.scoring import Scorer
+from scheduler.framework.events import Change
+from tests.unit.devices.helpers import (
     GI,
     bound,
     device,
@@ -273,16 +273,23 @@ REQUESTS: list[dict[str, Any]] = [
 ]
 
 
-def _device(node: str, present: frozenset[int], sick: frozenset[int]) -> Device:
+def _device(node: str, present: frozenset[int], sick: frozenset[int],
+            kubelet: frozenset[int] = frozenset()) -> Device:
     cards = [gpu(m, f"{(16, 40, 80)[(NODES.index(node) + m) % 3]}Gi", health=m not in sick)
              for m in sorted(present)]
     cards += [nic("rdma", m, health=m not in sick) for m in sorted(present) if m < 2]
-    return device(node, *cards)
+    annotations = None
+    if kubelet:
+        entries = [PodDeviceEntry("kubelet-pod", "c", "nvidia.com/gpu",
+                                  tuple(f"GPU-{m}" for m in sorted(kubelet)))]
+        annotations = {ANNOTATION_DEVICES_CHECKPOINTS: encode_devices_checkpoints(entries)}
+    return device(node, *cards, annotations=annotations)
 
 
 ops = st.one_of(
     st.tuples(st.just("device"), st.sampled_from(NODES), st.frozensets(st.sampled_from(MINORS)),
-              st.frozensets(st.sampled_from(MINORS))),
+              st.frozensets(st.sampled_from(MINORS)), st.frozensets(st.sampled_from(MINORS))),
+    st.tuples(st.just("repeat"), st.integers(0, 7)),
     st.tuples(st.just("delete_device"), st.sampled_from(NODES)),
     st.tuples(st.just("reserve"), st.integers(0, 7), st.sampled_from(NODES),
               st.integers(0, len(REQUESTS) - 1)),
@@ -303,6 +310,7 @@ class _Model:
         self.pods: dict[str, Pod] = {}
         self.reserved: dict[str, tuple[Pod, Holding]] = {}
         self.scorer = Scorer()
+        self.versions: dict[str, tuple[int, Any]] = {}
 
     def emit(self, kind: str, old: Any, new: Any) -> None:
         self.ledger.apply_change(Change(kind, old, new))
@@ -310,7 +318,7 @@ class _Model:
     def step(self, op: tuple[Any, ...]) -> None:
         name = op[0]
         if name == "device":
-            d = _device(op[1], op[2], op[3])
+            d = _device(op[1], op[2], op[3], op[4])
             self.emit("Device", self.devices.get(op[1]), d)
             self.devices[op[1]] = d
         elif name == "delete_device" and op[1] in self.devices:
@@ -334,6 +342,12 @@ class _Model:
             new = dataclasses.replace(old, phase="Succeeded")
             self.pods[old.key] = new
             self.emit("Pod", old, new)
+        elif name == "repeat" and f"default/p{op[1]}" in self.pods:
+            # The same pod event again (a relist, a resync): idempotent by uid.
+            before = self.ledger.snapshot_state()
+            pod = self.pods[f"default/p{op[1]}"]
+            self.emit("Pod", pod, pod)
+            assert self.ledger.snapshot_state() == before
         elif name == "malformed" and f"p{op[1]}" not in self.reserved:
             pod = bound(gpu_pod(f"p{op[1]}", {"nvidia.com/gpu": 1}), op[2], '{"gpu":3}')
             self.emit("Pod", self.pods.get(pod.key), pod)
@@ -374,10 +388,21 @@ class _Model:
     def check(self) -> None:
         verify(self.ledger)
         state = self.ledger.snapshot_state()
-        for node in state["nodes"].values():
-            for cards in node["cards"].values():
-                for c in cards.values():
-                    if c["healthy"]:
+        kubelet = {(n, u.device_type, u.minor) for n, _, uses in state["checkpoints"].values()
+                   for u in uses}
+        for name, node in state["nodes"].items():
+            row = self.ledger.row_of(name)
+            assert row is not None
+            # Readers cache per row: a row whose picture changed has a new version.
+            seen = self.versions.get(name)
+            if seen is not None and seen[1] != node:
+                assert int(self.ledger.row_version[row]) != seen[0], name
+            self.versions[name] = (int(self.ledger.row_version[row]), node)
+            for device_type, cards in node["cards"].items():
+                for minor, c in cards.items():
+                    # A card the kubelet gave away under one of our pods is the world's
+                    # over-commit, not ours (``_reserve`` checks what we take).
+                    if c["healthy"] and (name, device_type, minor) not in kubelet:
                         assert all(u <= t for u, t in zip(c["used"], c["total"], strict=True)), c
                         assert all(u + f == t for u, f, t in
                                    zip(c["used"], c["free"], c["total"], strict=True)), c

@@ -8,12 +8,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from scheduler.devices.ledger import NodeDeviceLedger
+from scheduler.devices.request import parse_request
+from scheduler.devices.scoring import Scorer
+from scheduler.devices.topology import CardView
 from scheduler.plugins.deviceshare.args import DeviceShareArgs, parse_args
-from scheduler.plugins.deviceshare.ledger import NodeDeviceLedger
-from scheduler.plugins.deviceshare.request import parse_request
-from scheduler.plugins.deviceshare.scoring import Scorer
-from scheduler.plugins.deviceshare.topology import CardView
-from tests.unit.plugins.deviceshare.helpers import GI, gpu_pod, ledgers
+from tests.unit.devices.helpers import GI, gpu_pod, ledgers
 
 LEAST = Scorer(DeviceShareArgs("LeastAllocated"))
 MOST = Scorer(DeviceShareArgs("MostAllocated"))

@@ -2,8 +2,12 @@
 
 Role: Koordinator's ``AutopilotAllocator`` (``device_allocator.go``, ``allocator_gpu.go``,
 ``devicehandler_*.go``) for one node (``allocate``, the reference semantics used by the
-per-node Filter and by Reserve), and its whole-cluster feasibility (``feasible_rows``, used by
-the batch Filter for requests without hints or joint rules).
+per-node Filter and by Reserve), its whole-cluster feasibility (``feasible_rows``, used by
+the batch Filter for requests without hints or joint rules), and the same per-card fit as
+matrices (``card_fits`` / ``card_taken``: which cards of many nodes can give a request and
+what each would
+take; ``card_left``: what would be left of each) for front ends that rank cards themselves
+(GPUFragmentation).
 
 Per requested device type (gpu, rdma, fpga in that order):
 
@@ -23,7 +27,8 @@ type preferring cards on the primary's PCIe switches (at least one per switch wi
 ``SamePCIe``), and with ``SamePCIe`` the switch sets must be equal, else Unschedulable
 ``node(s) Device Joint-Allocate rules violation``.
 
-Invariants: ``allocate`` is deterministic and never mutates anything; ``feasible_rows`` is True
+Invariants: ``allocate`` is deterministic and never mutates anything; ``card_taken`` is True
+exactly where ``card_amounts`` is not None, with the same amounts; ``feasible_rows`` is True
 for a row exactly when ``allocate`` succeeds on that node for ``request.vectorizable``
 requests, and whenever it succeeds for the others.
 """
@@ -37,10 +42,8 @@ import numpy as np
 
 from apis.hints import SCOPE_NODE
 from apis.resources import DEVICE_GPU, memory_from_ratio, ratio_from_memory
-from scheduler.framework.status import Status, unresolvable, unschedulable
-from scheduler.framework.types import BoolArray
-from scheduler.plugins.deviceshare.ledger import NodeDeviceLedger
-from scheduler.plugins.deviceshare.request import (
+from scheduler.devices.ledger import SHARE, NodeDeviceLedger
+from scheduler.devices.request import (
     GPU_CORE_INDEX,
     GPU_MEMORY_INDEX,
     GPU_RATIO_INDEX,
@@ -49,21 +52,27 @@ from scheduler.plugins.deviceshare.request import (
     DeviceRequest,
     TypeRequest,
 )
-from scheduler.plugins.deviceshare.scoring import Scorer
-from scheduler.plugins.deviceshare.topology import (
+from scheduler.devices.scoring import Scorer
+from scheduler.devices.topology import (
     CardView,
     NodeView,
     choose_scoped,
     choose_whole,
 )
+from scheduler.framework.status import Status, unresolvable, unschedulable
+from scheduler.framework.types import BoolArray, IntArray
 
 __all__ = [
     "ERR_JOINT_VIOLATION",
     "ERR_TOPOLOGY_SCOPED",
     "allocate",
     "card_amounts",
+    "card_fits",
+    "card_left",
+    "card_taken",
     "feasible_rows",
     "insufficient",
+    "rows_feasible",
 ]
 
 ERR_TOPOLOGY_SCOPED: Final = "Insufficient Topology Scoped GPU Devices"
@@ -207,6 +216,84 @@ def allocate(view: NodeView, request: DeviceRequest, scorer: Scorer) -> list[Car
     return uses
 
 
+def card_fits(ledger: NodeDeviceLedger, treq: TypeRequest, rows: IntArray | slice) -> BoolArray:
+    """For the ledger ``rows``: which cards can give ``treq``'s per-card request (exactly
+    where ``card_amounts`` is not None; rows x cards)."""
+    tbl = ledger.table(treq.device_type)
+    free = tbl.free
+    ok: BoolArray = tbl.healthy[rows].copy()
+    per = treq.per_device
+    if treq.device_type != DEVICE_GPU:
+        ok &= free[0, rows] >= per[0]
+        return ok
+    if treq.requested[GPU_CORE_INDEX]:
+        ok &= free[GPU_CORE_INDEX, rows] >= per[GPU_CORE_INDEX]
+    card_memory = tbl.total[GPU_MEMORY_INDEX, rows]
+    if treq.requested[GPU_RATIO_INDEX]:
+        ratio = per[GPU_RATIO_INDEX]
+        ok &= free[GPU_RATIO_INDEX, rows] >= ratio
+        ok &= free[GPU_MEMORY_INDEX, rows] >= ratio * card_memory // 100
+    else:
+        memory = per[GPU_MEMORY_INDEX]
+        ok &= card_memory > 0
+        ok &= free[GPU_MEMORY_INDEX, rows] >= memory
+        ok &= free[GPU_RATIO_INDEX, rows] >= memory * 100 // np.maximum(card_memory, 1)
+    return ok
+
+
+def card_taken(ledger: NodeDeviceLedger, treq: TypeRequest, rows: IntArray | slice
+               ) -> tuple[BoolArray, IntArray]:
+    """``card_fits`` and what the request would take from each card (resources x rows x
+    cards; memory and ratio completed as ``card_amounts`` does)."""
+    tbl = ledger.table(treq.device_type)
+    ok = card_fits(ledger, treq, rows)
+    per = treq.per_device
+    taken: IntArray = np.zeros_like(tbl.free[:, rows])
+    if treq.device_type == DEVICE_GPU:
+        card_memory = tbl.total[GPU_MEMORY_INDEX, rows]
+        if treq.requested[GPU_CORE_INDEX]:
+            taken[GPU_CORE_INDEX] = per[GPU_CORE_INDEX]
+        if treq.requested[GPU_RATIO_INDEX]:
+            ratio = per[GPU_RATIO_INDEX]
+            taken[GPU_RATIO_INDEX] = ratio
+            taken[GPU_MEMORY_INDEX] = ratio * card_memory // 100
+        else:
+            memory = per[GPU_MEMORY_INDEX]
+            taken[GPU_MEMORY_INDEX] = memory
+            taken[GPU_RATIO_INDEX] = memory * 100 // np.maximum(card_memory, 1)
+    else:
+        taken[0] = per[0]
+    return ok, taken
+
+
+def card_left(ledger: NodeDeviceLedger, treq: TypeRequest, rows: IntArray | slice
+              ) -> tuple[BoolArray, IntArray]:
+    """``card_fits`` and each card's ``share`` (thousandths free, as the ledger defines it)
+    once ``treq``'s per-card request is taken from it (rows x cards; never negative)."""
+    tbl = ledger.table(treq.device_type)
+    fits = card_fits(ledger, treq, rows)
+    per = treq.per_device
+    taken: list[IntArray | int] = list(per)
+    if treq.device_type == DEVICE_GPU:
+        card_memory = tbl.total[GPU_MEMORY_INDEX, rows]
+        taken[GPU_CORE_INDEX] = per[GPU_CORE_INDEX] if treq.requested[GPU_CORE_INDEX] else 0
+        if treq.requested[GPU_RATIO_INDEX]:
+            taken[GPU_MEMORY_INDEX] = per[GPU_RATIO_INDEX] * card_memory // 100
+        else:
+            taken[GPU_RATIO_INDEX] = per[GPU_MEMORY_INDEX] * 100 // np.maximum(card_memory, 1)
+    share: IntArray | None = None
+    declared: BoolArray | None = None
+    for i, amount in enumerate(taken):
+        total = tbl.total[i, rows]
+        left = np.maximum(tbl.free[i, rows] - amount, 0)
+        part = np.where(total > 0, left * SHARE // np.maximum(total, 1), SHARE)
+        share = part if share is None else np.minimum(share, part)
+        declared = total > 0 if declared is None else declared | (total > 0)
+    assert share is not None and declared is not None
+    out: IntArray = np.where(declared, share, 0)
+    return fits, out
+
+
 def feasible_rows(ledger: NodeDeviceLedger, request: DeviceRequest) -> BoolArray:
     """For every ledger row, whether each requested type has ``count`` (at least one) cards
     that fit the per-card request, plus a trailing False (for nodes without a row).
@@ -218,31 +305,17 @@ def feasible_rows(ledger: NodeDeviceLedger, request: DeviceRequest) -> BoolArray
     out = np.zeros(n + 1, bool)
     if n == 0:
         return out
-    ok_rows = np.ones(n, bool)
-    for treq in request.types:
-        tbl = ledger.table(treq.device_type)
-        free = tbl.free
-        ok = tbl.healthy[:n].copy()
-        per = treq.per_device
-        if treq.device_type == DEVICE_GPU:
-            if treq.requested[GPU_CORE_INDEX]:
-                ok &= free[GPU_CORE_INDEX, :n] >= per[GPU_CORE_INDEX]
-            card_memory = tbl.total[GPU_MEMORY_INDEX, :n]
-            if treq.requested[GPU_RATIO_INDEX]:
-                ratio = per[GPU_RATIO_INDEX]
-                ok &= free[GPU_RATIO_INDEX, :n] >= ratio
-                ok &= free[GPU_MEMORY_INDEX, :n] >= ratio * card_memory // 100
-            else:
-                memory = per[GPU_MEMORY_INDEX]
-                ok &= card_memory > 0
-                ok &= free[GPU_MEMORY_INDEX, :n] >= memory
-                need = memory * 100 // np.maximum(card_memory, 1)
-                ok &= free[GPU_RATIO_INDEX, :n] >= need
-        else:
-            ok &= free[0, :n] >= per[0]
-        if treq.count <= 1:
-            ok_rows &= ok.any(axis=1)
-        else:
-            ok_rows &= ok.sum(axis=1) >= treq.count
-    out[:n] = ok_rows
+    out[:n] = rows_feasible(ledger, request, slice(0, n))
     return out
+
+
+def rows_feasible(ledger: NodeDeviceLedger, request: DeviceRequest, rows: IntArray | slice
+                  ) -> BoolArray:
+    """``feasible_rows`` for the given ledger ``rows`` only (each must be < ``n_rows``)."""
+    ok_rows: BoolArray | None = None
+    for treq in request.types:
+        ok = card_fits(ledger, treq, rows)
+        fit = ok.any(axis=1) if treq.count <= 1 else ok.sum(axis=1) >= treq.count
+        ok_rows = fit if ok_rows is None else ok_rows & fit
+    assert ok_rows is not None
+    return ok_rows
