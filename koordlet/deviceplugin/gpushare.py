@@ -25,10 +25,21 @@ corrects that.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
+
+from apis.gpushare import (
+    ANNOTATION_ASSIGN_TIME,
+    ANNOTATION_ASSIGNED,
+    ANNOTATION_ASSUME_TIME,
+    ANNOTATION_DEV,
+    ANNOTATION_IDX,
+    ANNOTATION_POD,
+    RESOURCE_GPU_COUNT,
+    RESOURCE_GPU_MEM,
+    MemoryUnit,
+)
 
 __all__ = [
     "ANNOTATION_ASSIGNED",
@@ -58,33 +69,13 @@ __all__ = [
     "fake_devices",
 ]
 
-RESOURCE_GPU_MEM: Final = "aliyun.com/gpu-mem"
-RESOURCE_GPU_COUNT: Final = "aliyun.com/gpu-count"
 DEVICE_ID_SEPARATOR: Final = "-_-"
-
-ANNOTATION_IDX: Final = "ALIYUN_COM_GPU_MEM_IDX"
-ANNOTATION_POD: Final = "ALIYUN_COM_GPU_MEM_POD"
-ANNOTATION_DEV: Final = "ALIYUN_COM_GPU_MEM_DEV"
-ANNOTATION_ASSIGNED: Final = "ALIYUN_COM_GPU_MEM_ASSIGNED"
-ANNOTATION_ASSUME_TIME: Final = "ALIYUN_COM_GPU_MEM_ASSUME_TIME"
-ANNOTATION_ASSIGN_TIME: Final = "ALIYUN_COM_GPU_MEM_ASSIGN_TIME"
 
 ENV_VISIBLE_DEVICES: Final = "NVIDIA_VISIBLE_DEVICES"
 ENV_IDX: Final = "ALIYUN_COM_GPU_MEM_IDX"
 ENV_POD: Final = "ALIYUN_COM_GPU_MEM_POD"
 ENV_CONTAINER: Final = "ALIYUN_COM_GPU_MEM_CONTAINER"
 ENV_DEV: Final = "ALIYUN_COM_GPU_MEM_DEV"
-
-
-class MemoryUnit(enum.Enum):
-    """The unit of one ``aliyun.com/gpu-mem``: GiB by default, MiB with ``--memory-unit=MiB``."""
-
-    GiB = 1 << 30
-    MiB = 1 << 20
-
-    @property
-    def bytes(self) -> int:
-        return int(self.value)
 
 
 class PodConflict(Exception):
