@@ -47,6 +47,7 @@ lint: $(STAMP)
 ## proto: regenerate the runtime-hook gRPC modules from runtimehooks/api/api.proto
 proto: $(STAMP)
 	$(BIN)/python -m runtimehooks.api.generate
+	$(BIN)/python -m koordlet.deviceplugin.api.generate
 
 ## kube-apiserver: build (or reuse from the cache) kube-apiserver v1.20.2 and etcd
 kube-apiserver:

@@ -246,7 +246,8 @@ def pod_requests(
     path: str = "spec",
     missing_defaults: Mapping[str, Fraction] | None = None,
 ) -> dict[str, Fraction]:
-    """kube's pod-level request: max(sum of app containers (+ sidecars), each init) + overhead.
+    """kube's pod-level request: max(sum of app containers (+ sidecars), each init) + overhead;
+    a container's limit stands in for its missing request, as the API server's defaulting does.
 
     ``missing_defaults`` stand in for a container's *missing* requests (an explicit 0 stays 0),
     as kube-scheduler's non-zero requests for scoring do.
@@ -254,6 +255,12 @@ def pod_requests(
 
     def container_requests(res: Mapping[str, Any], where: str) -> dict[str, Fraction]:
         reqs = _resource_list(res.get("requests"), where)
+        # The API server's defaulting (SetDefaults_Pod): a limit without a request is also the
+        # request. Objects read from an API server already carry it; files may not (gpushare
+        # pods, for one, set only limits of aliyun.com/gpu-mem).
+        limits = _resource_list(res.get("limits"), where.rpartition(".")[0] + ".limits")
+        for name, value in limits.items():
+            reqs.setdefault(name, value)
         for name, value in (missing_defaults or {}).items():
             reqs.setdefault(name, value)
         return reqs

@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry
 
 from apis.fairshare import DEFAULT_GEMINI_LIBRARY, DefaultLimit
 from apis.version import version_line
-from koordlet.agent import Agent, report_once
+from koordlet.agent import Agent, Service, report_once
 from koordlet.checkpoint import DEFAULT_KUBELET_ROOT
 from koordlet.devices.fake import FakeLibrary, FakeSpecError
 from koordlet.devices.library import GPU, DeviceLibrary
@@ -210,6 +210,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     if hooks is not None:
         agent.add_service(hooks)
+    if args.gpushare_device_plugin:
+        agent.add_service(_gpushare_service(args, node_name, api, agent_ref))
     agent_ref.append(agent)
     stop = threading.Event()
 
@@ -313,6 +315,28 @@ def _fairshare_flags(run: argparse.ArgumentParser) -> None:
     )
 
 
+def _gpushare_service(
+    args: argparse.Namespace, node_name: str, api: Any, agent_ref: list[Agent]
+) -> Service:
+    from koordlet.deviceplugin.gpushare import MemoryUnit
+    from koordlet.deviceplugin.service import GPUShareService, cards_of
+
+    def cards() -> list[Any]:
+        if not agent_ref:
+            return []
+        inventory = agent_ref[0].inventory
+        return cards_of(inventory.gpus, inventory.tracker.snapshot())
+
+    return GPUShareService(
+        node_name=node_name,
+        cards=cards,
+        pods=api,
+        api=api,
+        plugin_dir=args.device_plugin_dir,
+        unit=MemoryUnit[args.gpushare_memory_unit],
+    )
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--node-name", metavar="N", help="the node's name (default: $NODE_NAME)")
     p.add_argument("--fake-gpus", metavar="FILE", help="GPUs described in YAML instead of NVML")
@@ -358,6 +382,22 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--hook-dir", default=DEFAULT_HOOK_DIR, help="runtime proxy's hook dir")
     run.add_argument("--socket", default=DEFAULT_SOCKET, help="runtime-hook unix socket")
     run.add_argument("--visible-devices-by", choices=("minor", "uuid"), default="minor")
+    run.add_argument(
+        "--gpushare-device-plugin",
+        action="store_true",
+        help="serve gpushare's aliyun.com/gpu-mem kubelet device plugin",
+    )
+    run.add_argument(
+        "--gpushare-memory-unit",
+        choices=("GiB", "MiB"),
+        default="GiB",
+        help="the unit of one aliyun.com/gpu-mem (gpushare's --memory-unit; default GiB)",
+    )
+    run.add_argument(
+        "--device-plugin-dir",
+        default="/var/lib/kubelet/device-plugins",
+        help="the kubelet's device-plugin directory (kubelet.sock)",
+    )
     run.add_argument(
         "--metrics-bind-address",
         default=f":{DEFAULT_METRICS_PORT}",

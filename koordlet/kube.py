@@ -30,6 +30,12 @@ from yaml import YAMLError
 
 from apis.allocation import ANNOTATION_DEVICE_ALLOCATED
 from apis.device import API_VERSION, KIND, PLURAL, Device, DeviceDecodeError
+from koordlet.deviceplugin.gpushare import (
+    ANNOTATION_ASSIGNED,
+    RESOURCE_GPU_MEM,
+    PendingPod,
+    PodConflict,
+)
 from koordlet.fairshare.pods import PodRecord as FairSharePodRecord
 from koordlet.pods import PodMissing, PodRecord, PodUnavailable, decode_pod_record
 from koordlet.reporter import NodePods
@@ -53,6 +59,19 @@ def _str_map(v: object) -> dict[str, str]:
     if not isinstance(v, Mapping):
         return {}
     return {str(k): str(val) for k, val in v.items() if val is not None}
+
+
+def _gpu_mem_units(pod: Mapping[str, Any]) -> int:
+    """The pod's ``aliyun.com/gpu-mem`` limits summed over its containers (gpushare reads
+    limits only, of the app containers only)."""
+    total = 0
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        raw = ((c.get("resources") or {}).get("limits") or {}).get(RESOURCE_GPU_MEM)
+        try:
+            total += int(str(raw)) if raw is not None else 0
+        except ValueError:
+            continue
+    return total
 
 
 def _q(name: str) -> str:
@@ -219,6 +238,47 @@ class KubeNodeAPI:
                 )
             )
         return out
+
+    # -- gpushare's device plugin (koordlet.deviceplugin.server.PodSource) -------------------
+
+    def pending_gpushare_pods(self, node_name: str) -> list[PendingPod]:
+        """The node's Pending pods that carry ``ALIYUN_COM_GPU_MEM_ASSIGNED=false``."""
+        selector = f"spec.nodeName={node_name},status.phase=Pending"
+        obj = self._request("GET", "/api/v1/pods", query=[("fieldSelector", selector)])
+        out: list[PendingPod] = []
+        for pod in obj.get("items") or []:
+            meta = pod.get("metadata") or {}
+            annotations = _str_map(meta.get("annotations"))
+            if (pod.get("status") or {}).get("phase") != "Pending":
+                continue
+            if annotations.get(ANNOTATION_ASSIGNED) != "false":
+                continue
+            out.append(
+                PendingPod(
+                    namespace=str(meta.get("namespace") or ""),
+                    name=str(meta.get("name") or ""),
+                    uid=str(meta.get("uid") or ""),
+                    units=_gpu_mem_units(pod),
+                    annotations=annotations,
+                    resource_version=str(meta.get("resourceVersion") or ""),
+                )
+            )
+        return out
+
+    def mark_assigned(self, pod: PendingPod, annotations: dict[str, str]) -> None:
+        """Merge ``annotations`` at the pod's resourceVersion and UID (409 -> PodConflict)."""
+        meta: dict[str, Any] = {"annotations": annotations, "uid": pod.uid}
+        if pod.resource_version:
+            meta["resourceVersion"] = pod.resource_version
+        try:
+            self._request(
+                "PATCH",
+                f"/api/v1/namespaces/{_q(pod.namespace)}/pods/{_q(pod.name)}",
+                body={"metadata": meta},
+                content_type=_MERGE_PATCH,
+            )
+        except (ConflictError, NotFoundError) as exc:
+            raise PodConflict(str(exc)) from None
 
     def patch_node_labels(self, name: str, labels: Mapping[str, str]) -> None:
         self._request(

@@ -228,6 +228,14 @@ class PodBuilder:
         container.setdefault("resources", {}).setdefault("requests", {}).update(res)
         return self
 
+    def limit(self, limits: Mapping[str, Quantityish], /) -> PodBuilder:
+        """Add limits to the main container (a limit alone is also the request, as the API
+        server defaults it)."""
+        res = _resource_dict(limits, {})
+        container = self._spec["containers"][0]
+        container.setdefault("resources", {}).setdefault("limits", {}).update(res)
+        return self
+
     def container(
         self, requests: Mapping[str, Quantityish] | None = None, /, **kwargs: Quantityish | None
     ) -> PodBuilder:

@@ -80,11 +80,13 @@ def _grpc_stub(fd: descriptor_pb2.FileDescriptorProto, pb2_module: str) -> str:
             raise ValueError(f"type {type_name} is not in package {package}")
         return "api_pb2." + type_name[len(prefix) :]
 
+    streaming = any(m.server_streaming for s in fd.service for m in s.method)
     lines = [
         '"""Typed interface of ``api_pb2_grpc`` (written by runtimehooks.api.generate)."""',
         "",
         "# Generated from api.proto. DO NOT EDIT.",
         "",
+        *(["from collections.abc import Iterator", ""] if streaming else []),
         "import grpc",
         "",
         f"from {pb2_module.rpartition('.')[0]} import api_pb2",
@@ -94,15 +96,19 @@ def _grpc_stub(fd: descriptor_pb2.FileDescriptorProto, pb2_module: str) -> str:
         lines += ["", f"class {name}Stub:"]
         lines.append("    def __init__(self, channel: grpc.Channel) -> None: ...")
         for m in service.method:
-            lines.append(f"    {m.name}: grpc.UnaryUnaryMultiCallable")
+            kind = "UnaryStream" if m.server_streaming else "UnaryUnary"
+            lines.append(f"    {m.name}: grpc.{kind}MultiCallable")
         lines += ["", f"class {name}Servicer:"]
         for m in service.method:
-            if m.client_streaming or m.server_streaming:
-                raise ValueError(f"streaming method {name}.{m.name} is not supported")
+            if m.client_streaming:
+                raise ValueError(f"client-streaming method {name}.{m.name} is not supported")
+            answer = local(m.output_type)
+            if m.server_streaming:
+                answer = f"Iterator[{answer}]"
             lines.append(
                 f"    def {m.name}(\n"
                 f"        self, request: {local(m.input_type)}, context: grpc.ServicerContext\n"
-                f"    ) -> {local(m.output_type)}: ..."
+                f"    ) -> {answer}: ..."
             )
         lines += [
             "",

@@ -52,6 +52,7 @@ from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, AllocationDecodeError
 from apis.checkpoint import CheckpointError
 from apis.core import Pod
 from apis.device import Device
+from apis.gpushare import GPUShareDecodeError, MemoryUnit
 from apis.resources import DEVICE_TYPES
 from scheduler.devices.request import (
     ANNOTATION,
@@ -62,6 +63,7 @@ from scheduler.devices.request import (
     CardUse,
     Holding,
     checkpoint_uses,
+    gpushare_uses,
     uses_from_annotation,
 )
 from scheduler.devices.topology import CardMeta, CardView, NodeView
@@ -132,7 +134,11 @@ class _RowType:
 class NodeDeviceLedger:
     """The cluster's device inventory and allocations (see the module docstring)."""
 
-    def __init__(self, rows: int = 64, cards: int = 8) -> None:
+    def __init__(
+        self, rows: int = 64, cards: int = 8, gpushare_unit: MemoryUnit = MemoryUnit.GiB
+    ) -> None:
+        self.gpushare_unit = gpushare_unit
+        """The size of one ``aliyun.com/gpu-mem`` (pods placed by gpushare, SPEC §10)."""
         self._rows_cap = max(1, rows)
         self._tables = {
             t: _Table(len(RESOURCES_BY_TYPE[t]), self._rows_cap, max(1, cards))
@@ -300,7 +306,7 @@ class NodeDeviceLedger:
             return
         raw = new.annotations.get(ANNOTATION_DEVICE_ALLOCATED)
         if raw is None:
-            self._release(new.uid)
+            self._observe_gpushare(new)
             return
         current = self._holdings.get(new.uid)
         if current is not None and current.node == new.node_name and current.annotation == raw:
@@ -323,6 +329,30 @@ class NodeDeviceLedger:
             self._release(new.uid)
             return
         self._set_holding(Holding(new.uid, new.node_name, uses, ANNOTATION, raw))
+
+    def _observe_gpushare(self, pod: Pod) -> None:
+        """A bound pod without ``device-allocated``: what gpushare recorded, if anything (a
+        cluster switching from gpushare keeps its running pods' memory accounted)."""
+        try:
+            uses = gpushare_uses(pod.annotations, self.gpushare_unit)
+        except GPUShareDecodeError as err:
+            self.annotation_errors += 1
+            log.warning(
+                "malformed gpushare annotations on a bound pod",
+                pod=pod.key,
+                uid=pod.uid,
+                node=pod.node_name,
+                error=str(err),
+            )
+            uses = ()
+        if not uses:
+            self._release(pod.uid)
+            return
+        text = f"gpushare:{uses[0].minor}:{dict(uses[0].resources)}"
+        current = self._holdings.get(pod.uid)
+        if current is not None and current.node == pod.node_name and current.annotation == text:
+            return
+        self._set_holding(Holding(pod.uid, pod.node_name, uses, ANNOTATION, text))
 
     def reserve(
         self, uid: str, node: str, uses: Sequence[CardUse], annotation: str = ""
@@ -354,9 +384,10 @@ class NodeDeviceLedger:
         devices: Iterable[Device],
         pods: Iterable[Pod],
         reservations: Iterable[Holding] = (),
+        gpushare_unit: MemoryUnit = MemoryUnit.GiB,
     ) -> NodeDeviceLedger:
         """A ledger rebuilt from scratch from the current objects and open reservations."""
-        ledger = cls()
+        ledger = cls(gpushare_unit=gpushare_unit)
         for device in devices:
             ledger.set_device(device)
         for pod in pods:

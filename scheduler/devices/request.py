@@ -42,6 +42,7 @@ from apis.allocation import decode_allocations
 from apis.checkpoint import decode_devices_checkpoints
 from apis.core import Pod
 from apis.device import ANNOTATION_DEVICES_CHECKPOINTS, Device
+from apis.gpushare import RESOURCE_GPU_MEM, MemoryUnit, placement_of
 from apis.hints import (
     ANNOTATION_DEVICE_ALLOCATE_HINT,
     ANNOTATION_DEVICE_JOINT_ALLOCATE,
@@ -60,6 +61,7 @@ from apis.resources import (
     DEVICE_FPGA,
     DEVICE_GPU,
     DEVICE_RDMA,
+    DEVICE_RESOURCE_NAMES,
     DEVICE_TYPES,
     FPGA,
     GPU_CORE,
@@ -89,6 +91,7 @@ __all__ = [
     "RequestError",
     "TypeRequest",
     "checkpoint_uses",
+    "gpushare_uses",
     "parse_request",
     "uses_from_annotation",
 ]
@@ -142,6 +145,9 @@ class DeviceRequest:
     hints: Mapping[str, DeviceHint] = field(default_factory=dict)
     joint_types: tuple[str, ...] = ()
     joint_same_pcie: bool = False
+    gpushare_units: int = 0
+    """The pod's ``aliyun.com/gpu-mem`` (gpushare's units), 0 for other pods: it asks for that
+    memory on one card, and its bind carries gpushare's annotations too."""
 
     @property
     def device_types(self) -> tuple[str, ...]:
@@ -180,9 +186,25 @@ def _exact_quantity(pod: Pod, name: str) -> Quantity | int:
     return Quantity(Fraction(exact), DECIMAL_SI)
 
 
-def _converted(pod: Pod) -> dict[str, dict[str, int]]:
+def _gpushare(requests: Mapping[str, int], unit: MemoryUnit) -> tuple[Mapping[str, int], int]:
+    """A gpushare request (``aliyun.com/gpu-mem`` units) as the GPU memory it stands for."""
+    units = requests.get(RESOURCE_GPU_MEM, 0)
+    if units <= 0:
+        return requests, 0
+    others = sorted(n for n in DEVICE_RESOURCE_NAMES[DEVICE_GPU] if requests.get(n))
+    if others:
+        raise RequestError(
+            f"{RESOURCE_GPU_MEM} cannot be combined with {' '.join(others)}: "
+            "ask for GPU memory one way"
+        )
+    converted = {k: v for k, v in requests.items() if k != RESOURCE_GPU_MEM}
+    converted[GPU_MEMORY] = units * unit.bytes
+    return converted, units
+
+
+def _converted(pod: Pod, requests: Mapping[str, int]) -> dict[str, dict[str, int]]:
     try:
-        return device_requests(pod.requests)
+        return device_requests(requests)
     except InvalidDeviceRequest as err:
         message = err.message
         for name in _UNIT_CHECKED:
@@ -218,9 +240,11 @@ def _common_request(device_type: str, amount: int, hint: DeviceHint | None) -> T
     return TypeRequest(device_type, count, (per,), (True,), (amount,), per < 100)
 
 
-def parse_request(pod: Pod) -> DeviceRequest | None:
-    """The pod's device request, None when it requests no device; raises ``RequestError``."""
-    converted = _converted(pod)
+def parse_request(pod: Pod, gpushare_unit: MemoryUnit = MemoryUnit.GiB) -> DeviceRequest | None:
+    """The pod's device request, None when it requests no device; raises ``RequestError``.
+    ``gpushare_unit`` is the size of one ``aliyun.com/gpu-mem`` (SPEC §10)."""
+    requests, gpushare_units = _gpushare(pod.requests, gpushare_unit)
+    converted = _converted(pod, requests)
     if not converted:
         return None
     annotations = pod.annotations
@@ -265,6 +289,7 @@ def parse_request(pod: Pod) -> DeviceRequest | None:
         hints={t: h for t, h in hints.items() if t in converted},
         joint_types=joint_types,
         joint_same_pcie=same_pcie,
+        gpushare_units=gpushare_units,
     )
 
 
@@ -331,6 +356,15 @@ def uses_from_annotation(raw: str) -> tuple[CardUse, ...]:
             amounts = {name: a.resource_value(name) for name in a.resources if name in index}
             uses.append(CardUse.of(device_type, a.minor, amounts))
     return tuple(uses)
+
+
+def gpushare_uses(annotations: Mapping[str, str], unit: MemoryUnit) -> tuple[CardUse, ...]:
+    """What a pod placed by gpushare holds (``ALIYUN_COM_GPU_MEM_IDX``/``_POD``): that memory
+    on that card; raises ``GPUShareDecodeError``."""
+    placement = placement_of(annotations)
+    if placement is None or not placement.units:
+        return ()
+    return (CardUse.of(DEVICE_GPU, placement.index, {GPU_MEMORY: placement.units * unit.bytes}),)
 
 
 def checkpoint_uses(device: Device) -> tuple[CardUse, ...]:

@@ -45,9 +45,21 @@ FAILURES = {
 @pytest.fixture(scope="module")
 def pods() -> dict[str, dict[str, object]]:
     proc = subprocess.run(
-        [sys.executable, "-m", "scheduler.cli", "simulate", str(DEMO), "-o", "json",
-         "--config", str(CONFIG)],
-        capture_output=True, text=True, timeout=120, check=True,
+        [
+            sys.executable,
+            "-m",
+            "scheduler.cli",
+            "simulate",
+            str(DEMO),
+            "-o",
+            "json",
+            "--config",
+            str(CONFIG),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
     )
     items = json.loads(proc.stdout)["items"]
     return {f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in items}
@@ -68,8 +80,9 @@ def test_placement_and_cards(pods: dict[str, dict], key: str, expected: tuple) -
 
 
 @pytest.mark.parametrize(("key", "message"), FAILURES.items(), ids=list(FAILURES))
-def test_unschedulable_pods_carry_the_condition(pods: dict[str, dict], key: str,
-                                                message: str) -> None:
+def test_unschedulable_pods_carry_the_condition(
+    pods: dict[str, dict], key: str, message: str
+) -> None:
     pod = pods[key]
     assert "nodeName" not in pod["spec"]
     assert pod["status"]["conditions"] == [

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from apis.gpushare import MemoryUnit
 from apis.resources import FPGA, GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO, RDMA
 from scheduler.devices.scoring import DEFAULT_RESOURCES
 from scheduler.framework.plugin_args import (
@@ -39,7 +40,7 @@ MAX_WEIGHT: Final = MAX_RESOURCE_WEIGHT
 
 SCORABLE_RESOURCES: Final = (GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO, RDMA, FPGA)
 
-_ARG_KEYS: Final = frozenset({"scoringStrategy"})
+_ARG_KEYS: Final = frozenset({"scoringStrategy", "gpushareMemoryUnit"})
 _STRATEGY_KEYS: Final = frozenset({"type", "resources"})
 
 
@@ -49,6 +50,9 @@ class DeviceShareArgs:
 
     strategy: str = LEAST_ALLOCATED
     resources: tuple[tuple[str, int], ...] = DEFAULT_RESOURCES
+    gpushare_unit: MemoryUnit = MemoryUnit.GiB
+    """One ``aliyun.com/gpu-mem`` (``gpushareMemoryUnit: GiB|MiB``, as gpushare's device
+    plugin ``--memory-unit``)."""
 
 
 _ARGS = ArgsReader("DeviceShare")
@@ -57,12 +61,21 @@ _ARGS = ArgsReader("DeviceShare")
 def parse_args(args: Mapping[str, Any]) -> DeviceShareArgs:
     """Validate DeviceShare's ``pluginConfig`` args (an empty mapping gives the defaults)."""
     args = _ARGS.mapping(args, "<args>", _ARG_KEYS)
+    unit = _unit(args.get("gpushareMemoryUnit"))
     raw = args.get("scoringStrategy")
     if raw is None:
-        return DeviceShareArgs()
+        return DeviceShareArgs(gpushare_unit=unit)
     raw = _ARGS.mapping(raw, "scoringStrategy", _STRATEGY_KEYS)
     kind = _ARGS.strategy_type(raw.get("type"))
     resources = _ARGS.resource_weights(
         raw.get("resources"), allowed=SCORABLE_RESOURCES, unique=True
     )
-    return DeviceShareArgs(kind, resources or DEFAULT_RESOURCES)
+    return DeviceShareArgs(kind, resources or DEFAULT_RESOURCES, unit)
+
+
+def _unit(raw: Any) -> MemoryUnit:
+    if raw is None:
+        return MemoryUnit.GiB
+    if raw not in MemoryUnit.__members__:
+        raise _ARGS.fail("gpushareMemoryUnit", f"must be GiB or MiB, got {raw!r}")
+    return MemoryUnit[raw]

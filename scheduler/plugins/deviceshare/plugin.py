@@ -34,18 +34,21 @@ every node; the binding cycle (another thread) only reads the entry's precompute
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, DeviceAllocation, encode_allocations
 from apis.core import Pod
+from apis.gpushare import bind_annotations as gpushare_bind_annotations
 from apis.resources import DEVICE_GPU
 from scheduler.devices import ledger_of
 from scheduler.devices.allocator import allocate, feasible_rows
 from scheduler.devices.ledger import NodeDeviceLedger
 from scheduler.devices.request import (
+    GPU_MEMORY_INDEX,
     CardUse,
     DeviceRequest,
     Holding,
@@ -94,6 +97,8 @@ class DeviceShareState:
     removed: dict[str, dict[str, Holding]] = field(default_factory=dict)
     holding: Holding | None = None
     annotation: str = ""
+    gpushare: dict[str, str] = field(default_factory=dict)
+    """gpushare's bind annotations (``aliyun.com/gpu-mem`` pods), computed at Reserve."""
 
     def clone(self) -> DeviceShareState:
         return DeviceShareState(
@@ -101,6 +106,7 @@ class DeviceShareState:
             {node: dict(h) for node, h in self.removed.items()},
             self.holding,
             self.annotation,
+            dict(self.gpushare),
         )
 
     def removed_on(self, node: str) -> Sequence[Holding]:
@@ -143,9 +149,17 @@ class DeviceShare:
 
     name = NAME
 
-    def __init__(self, ledger: NodeDeviceLedger, args: DeviceShareArgs | None = None) -> None:
+    def __init__(
+        self,
+        ledger: NodeDeviceLedger,
+        args: DeviceShareArgs | None = None,
+        clock_ns: Callable[[], int] = time.time_ns,
+    ) -> None:
         self.ledger = ledger
+        self._clock_ns = clock_ns
         self.args = args if args is not None else DeviceShareArgs()
+        # One unit per scheduler: the ledger accounts gpushare-placed pods with it too.
+        ledger.gpushare_unit = self.args.gpushare_unit
         self.scorer = Scorer(self.args)
         self._extensions = _Extensions(self)
         self._rows_key: tuple[int, int, int, int] | None = None
@@ -179,7 +193,7 @@ class DeviceShare:
 
     def pre_filter(self, state: CycleState, pod: Pod) -> Status | None:
         try:
-            request = parse_request(pod)
+            request = parse_request(pod, self.args.gpushare_unit)
         except RequestError as err:
             return unresolvable(err.message)
         state.write(STATE_KEY, DeviceShareState(request))
@@ -293,6 +307,8 @@ class DeviceShare:
             return result
         entry.annotation = self._annotation(node_name, result)
         entry.holding = self.ledger.reserve(pod.uid, node_name, result, entry.annotation)
+        if entry.request.gpushare_units:
+            entry.gpushare = self._gpushare_annotations(entry.request, node_name, result)
         state.write(ALLOCATION_KEY, entry.annotation)
         return None
 
@@ -327,6 +343,7 @@ class DeviceShare:
             self.ledger.unreserve(entry.holding)
         entry.holding = None
         entry.annotation = ""
+        entry.gpushare = {}
 
     def _annotation(self, node: str, uses: Sequence[CardUse]) -> str:
         allocations: dict[str, list[DeviceAllocation]] = {}
@@ -346,4 +363,20 @@ class DeviceShare:
         if not entry.annotation:
             return error(f"no device allocation reserved for pod {pod.key} on {node_name}")
         state.bind_annotations[ANNOTATION_DEVICE_ALLOCATED] = entry.annotation
+        state.bind_annotations.update(entry.gpushare)
         return None
+
+    def _gpushare_annotations(
+        self, request: DeviceRequest, node: str, uses: Sequence[CardUse]
+    ) -> dict[str, str]:
+        """gpushare's bind annotations, so that its device plugin (or koordlet's) serves the
+        pod: the card, the pod's units, the card's units, ``ASSIGNED=false``, the assume time."""
+        use = next(u for u in uses if u.device_type == DEVICE_GPU)
+        meta = self.ledger.card_meta(node, DEVICE_GPU, use.minor)
+        card_bytes = meta.declared[GPU_MEMORY_INDEX] if meta is not None else 0
+        return gpushare_bind_annotations(
+            use.minor,
+            request.gpushare_units,
+            card_bytes // self.args.gpushare_unit.bytes,
+            self._clock_ns(),
+        )

@@ -61,6 +61,7 @@ import numpy.typing as npt
 
 from apis.core import CPU, MEMORY, Pod
 from apis.device import LABEL_GPU_MODEL
+from apis.gpushare import MemoryUnit
 from apis.quantity import BINARY_SI, Quantity
 from apis.resources import DEVICE_GPU, GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO
 from scheduler.devices import (
@@ -158,11 +159,11 @@ class _NodeCache:
     c: IntArray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
 
 
-def pod_request(pod: Pod) -> PodRequest:
+def pod_request(pod: Pod, gpushare_unit: MemoryUnit = MemoryUnit.GiB) -> PodRequest:
     """The pod's cpu and device request, parsed as DeviceShare parses it."""
     cpu = pod.requests.get(CPU, 0)
     try:
-        return PodRequest(cpu, parse_request(pod))
+        return PodRequest(cpu, parse_request(pod, gpushare_unit))
     except RequestError:
         return PodRequest(cpu, None, valid=False)
 
@@ -200,7 +201,7 @@ class GPUFragmentation:
 
     def pre_filter(self, state: CycleState, pod: Pod) -> Status | None:
         self.estimator.observe(pod.uid, shape_of(pod))
-        request = pod_request(pod)
+        request = pod_request(pod, self.ledger.gpushare_unit)
         preference = _Preference(self, request) if request.shared else None
         state.write(STATE_KEY, _Entry(request, preference))
         if preference is not None:
@@ -253,7 +254,7 @@ class GPUFragmentation:
         entry = state.get(STATE_KEY)
         if isinstance(entry, _Entry):
             return entry
-        return _Entry(pod_request(pod), None)
+        return _Entry(pod_request(pod, self.ledger.gpushare_unit), None)
 
     # -- per-node sums ----------------------------------------------------------------------------
 

@@ -1,0 +1,1 @@
+"""The kubelet's deviceplugin/v1beta1 API (``api.proto``) and its generated modules."""

@@ -1,0 +1,210 @@
+"""gpushare's device-plugin protocol, pure: fake devices per memory unit and the Allocate answer.
+
+Role: what koordlet's ``aliyun.com/gpu-mem`` device plugin decides, without any I/O (SPEC §10):
+
+- ``fake_devices``: one device per memory unit per card (ID ``<GPU-UUID>-_-<j>``), healthy
+  exactly when its card is, with the card's NUMA node as topology. Cards are taken one by one
+  with their own size (gpushare assumed identical cards and advertised ``total / count``).
+- ``choose_pod``: gpushare's protocol to find whose container the kubelet is allocating for —
+  the kubelet only says how many units each container gets. Among the node's pods that are
+  still pending, carry ``ALIYUN_COM_GPU_MEM_ASSIGNED=false`` and request exactly that many
+  units in total, the oldest ``ALIYUN_COM_GPU_MEM_ASSUME_TIME`` wins (then namespace/name, so
+  the choice is deterministic).
+- ``allocate_envs``: the env of each container of that pod (``NVIDIA_VISIBLE_DEVICES``, the
+  card index; ``ALIYUN_COM_GPU_MEM_IDX``/``_POD``/``_CONTAINER``/``_DEV``) and
+  ``assigned_annotations``, the patch that marks the pod as served.
+
+Invariants (fail closed): an Allocate that cannot be matched to exactly one pod, or whose pod's
+card is unknown, unhealthy or too small, raises ``AllocateError`` with one clear line — it never
+answers with some card; the kubelet then fails the container instead of starting it on a GPU it
+was not given. Two pods asking for the same size on different cards can still be swapped by
+this protocol (the kubelet does not say which pod it allocates for); where the runtime-hook
+path is active, the GPU hook sets ``NVIDIA_VISIBLE_DEVICES`` from the pod's own annotation and
+corrects that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from apis.gpushare import (
+    ANNOTATION_ASSIGN_TIME,
+    ANNOTATION_ASSIGNED,
+    ANNOTATION_ASSUME_TIME,
+    ANNOTATION_DEV,
+    ANNOTATION_IDX,
+    ANNOTATION_POD,
+    RESOURCE_GPU_COUNT,
+    RESOURCE_GPU_MEM,
+    MemoryUnit,
+)
+
+__all__ = [
+    "ANNOTATION_ASSIGNED",
+    "ANNOTATION_ASSIGN_TIME",
+    "ANNOTATION_ASSUME_TIME",
+    "ANNOTATION_DEV",
+    "ANNOTATION_IDX",
+    "ANNOTATION_POD",
+    "DEVICE_ID_SEPARATOR",
+    "ENV_CONTAINER",
+    "ENV_DEV",
+    "ENV_IDX",
+    "ENV_POD",
+    "ENV_VISIBLE_DEVICES",
+    "RESOURCE_GPU_COUNT",
+    "RESOURCE_GPU_MEM",
+    "AllocateError",
+    "Card",
+    "FakeDevice",
+    "MemoryUnit",
+    "PendingPod",
+    "PodConflict",
+    "allocate_envs",
+    "assigned_annotations",
+    "card_of_device",
+    "choose_pod",
+    "fake_devices",
+]
+
+DEVICE_ID_SEPARATOR: Final = "-_-"
+
+ENV_VISIBLE_DEVICES: Final = "NVIDIA_VISIBLE_DEVICES"
+ENV_IDX: Final = "ALIYUN_COM_GPU_MEM_IDX"
+ENV_POD: Final = "ALIYUN_COM_GPU_MEM_POD"
+ENV_CONTAINER: Final = "ALIYUN_COM_GPU_MEM_CONTAINER"
+ENV_DEV: Final = "ALIYUN_COM_GPU_MEM_DEV"
+
+
+class PodConflict(Exception):
+    """The pod changed (or is gone) since it was read: re-read and try again."""
+
+
+class AllocateError(Exception):
+    """An Allocate that cannot be answered; ``str()`` is one line for the kubelet's event."""
+
+
+@dataclass(frozen=True, slots=True)
+class Card:
+    """One GPU as the plugin advertises it."""
+
+    index: int
+    """The card's index as gpushare counts it (the NVIDIA minor number)."""
+    uuid: str
+    memory_bytes: int
+    healthy: bool = True
+    numa_node: int | None = None
+
+    def units(self, unit: MemoryUnit) -> int:
+        return self.memory_bytes // unit.bytes
+
+
+@dataclass(frozen=True, slots=True)
+class FakeDevice:
+    id: str
+    healthy: bool
+    numa_node: int | None
+
+
+def fake_devices(cards: Iterable[Card], unit: MemoryUnit) -> list[FakeDevice]:
+    """One device per memory unit of each card, in card index order."""
+    return [
+        FakeDevice(f"{card.uuid}{DEVICE_ID_SEPARATOR}{j}", card.healthy, card.numa_node)
+        for card in sorted(cards, key=lambda c: c.index)
+        for j in range(card.units(unit))
+    ]
+
+
+def card_of_device(device_id: str) -> str:
+    """The card UUID of a fake device ID (the whole ID when it has no separator)."""
+    return device_id.rpartition(DEVICE_ID_SEPARATOR)[0] or device_id
+
+
+@dataclass(frozen=True, slots=True)
+class PendingPod:
+    """A pod bound to this node and not running yet, as the plugin needs it."""
+
+    namespace: str
+    name: str
+    uid: str
+    units: int
+    """Total ``aliyun.com/gpu-mem`` limits of the pod's containers."""
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    resource_version: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def assume_time(self) -> int:
+        try:
+            return int(self.annotations.get(ANNOTATION_ASSUME_TIME, ""))
+        except ValueError:
+            return 0
+
+
+def choose_pod(pods: Iterable[PendingPod], units: int, unit: MemoryUnit) -> PendingPod:
+    """The pod an Allocate of ``units`` in total is for; see the module."""
+    waiting = [
+        p
+        for p in pods
+        if p.annotations.get(ANNOTATION_ASSIGNED) == "false" and ANNOTATION_IDX in p.annotations
+    ]
+    matching = [p for p in waiting if p.units == units]
+    if not matching:
+        sizes = sorted({p.units for p in waiting})
+        seen = f"; waiting pods ask for {', '.join(map(str, sizes))}" if sizes else ""
+        raise AllocateError(
+            f"no pending pod on this node asks for {units} {unit.name} of {RESOURCE_GPU_MEM} "
+            f"with {ANNOTATION_ASSIGNED}=false{seen}"
+        )
+    return min(matching, key=lambda p: (p.assume_time, p.namespace, p.name))
+
+
+def _card_for(pod: PendingPod, cards: Sequence[Card], unit: MemoryUnit) -> Card:
+    raw = pod.annotations.get(ANNOTATION_IDX, "")
+    try:
+        index = int(raw)
+    except ValueError:
+        raise AllocateError(
+            f"pod {pod.key}: {ANNOTATION_IDX}={raw!r} is not a card index"
+        ) from None
+    card = next((c for c in cards if c.index == index), None)
+    if card is None:
+        raise AllocateError(f"pod {pod.key}: card {index} ({ANNOTATION_IDX}) is not on this node")
+    if not card.healthy:
+        raise AllocateError(f"pod {pod.key}: card {index} is unhealthy")
+    if pod.units > card.units(unit):
+        raise AllocateError(
+            f"pod {pod.key}: asks for {pod.units} {unit.name} but card {index} has "
+            f"{card.units(unit)}"
+        )
+    return card
+
+
+def allocate_envs(
+    pod: PendingPod,
+    container_units: Sequence[int],
+    cards: Sequence[Card],
+    unit: MemoryUnit,
+) -> list[dict[str, str]]:
+    """The env of each container of an Allocate (in request order) for ``pod``."""
+    card = _card_for(pod, cards, unit)
+    return [
+        {
+            ENV_VISIBLE_DEVICES: str(card.index),
+            ENV_IDX: str(card.index),
+            ENV_POD: str(pod.units),
+            ENV_CONTAINER: str(n),
+            ENV_DEV: str(card.units(unit)),
+        }
+        for n in container_units
+    ]
+
+
+def assigned_annotations(now_ns: int) -> dict[str, str]:
+    """The patch that marks a pod as served by Allocate."""
+    return {ANNOTATION_ASSIGNED: "true", ANNOTATION_ASSIGN_TIME: str(now_ns)}

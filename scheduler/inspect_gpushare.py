@@ -1,0 +1,213 @@
+"""``kubectl inspect gpushare``: gpushare's per-node, per-card GPU-memory table, from API objects.
+
+Role: the view behind the ``kubectl-inspect-gpushare`` plugin (SPEC §10), for clusters moving
+from gpushare: the same table gpushare's own plugin prints (``NAME IPADDRESS GPU0(Allocated/
+Total) ... GPU Memory(GiB)``, a rule, ``Allocated/Total GPU Memory In Cluster:``; with
+``details`` the pods per card), covering both kinds of pods that hold GPU memory:
+
+- koordinator pods: the ``gpu-memory`` of each card in their ``device-allocated`` annotation;
+- gpushare pods (``aliyun.com/gpu-mem``, placed by gpushare or by koord-py's gpushare support):
+  ``ALIYUN_COM_GPU_MEM_POD`` units on card ``ALIYUN_COM_GPU_MEM_IDX``.
+A pod carrying both (koord-py writes both for gpushare pods) counts once, by its
+``device-allocated`` annotation.
+
+Cards come from the node's Device CR (each card's own ``gpu-memory``); a gpushare node without a
+Device CR falls back to gpushare's own picture, ``aliyun.com/gpu-mem`` / ``aliyun.com/gpu-count``
+of the Node. Amounts are whole units (GiB, or MiB), a card's total rounded down, a pod's use
+rounded up, so the table never shows more free memory than there is.
+
+Invariants: pure (objects in, text out); terminal pods and pods of other nodes hold nothing;
+a malformed annotation makes that pod count as nothing and is reported in the output's last
+line, never an exception.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, AllocationDecodeError, decode_allocations
+from apis.core import Node, Pod
+from apis.device import Device
+from apis.quantity import int_value
+from apis.resources import DEVICE_GPU, GPU_MEMORY
+
+__all__ = ["GPUShareCard", "GPUShareNode", "gpushare_view", "render_gpushare"]
+
+ALIYUN_GPU_MEM: Final = "aliyun.com/gpu-mem"
+ALIYUN_GPU_COUNT: Final = "aliyun.com/gpu-count"
+ANNOTATION_IDX: Final = "ALIYUN_COM_GPU_MEM_IDX"
+ANNOTATION_POD: Final = "ALIYUN_COM_GPU_MEM_POD"
+UNITS: Final[Mapping[str, int]] = {"GiB": 1 << 30, "MiB": 1 << 20}
+
+
+@dataclass(slots=True)
+class GPUShareCard:
+    index: int
+    total: int
+    pods: dict[str, int] = field(default_factory=dict)
+    """``namespace/name`` -> units on this card."""
+
+    @property
+    def used(self) -> int:
+        return sum(self.pods.values())
+
+
+@dataclass(slots=True)
+class GPUShareNode:
+    name: str
+    address: str
+    cards: list[GPUShareCard]
+
+    @property
+    def total(self) -> int:
+        return sum(c.total for c in self.cards)
+
+    @property
+    def used(self) -> int:
+        return sum(c.used for c in self.cards)
+
+
+def _address(node: Node) -> str:
+    for addr in (node.raw.get("status") or {}).get("addresses") or []:
+        if isinstance(addr, Mapping) and addr.get("type") == "InternalIP":
+            return str(addr.get("address") or "")
+    return ""
+
+
+def _cards(node: Node, device: Device | None, unit: int) -> list[GPUShareCard]:
+    if device is not None:
+        gpus = [d for d in device.devices_of_type(DEVICE_GPU) if d.minor is not None]
+        if gpus:
+            return [
+                GPUShareCard(
+                    int(d.minor),  # type: ignore[arg-type]
+                    int_value(d.resources[GPU_MEMORY]) // unit if GPU_MEMORY in d.resources else 0,
+                )
+                for d in sorted(gpus, key=lambda d: d.minor or 0)
+            ]
+    capacity = (node.raw.get("status") or {}).get("capacity") or {}
+    try:
+        units = int(str(capacity.get(ALIYUN_GPU_MEM, node.allocatable.get(ALIYUN_GPU_MEM, 0))))
+        count = int(str(capacity.get(ALIYUN_GPU_COUNT, 0)))
+    except ValueError:
+        return []
+    if count <= 0:
+        return []
+    return [GPUShareCard(i, units // count) for i in range(count)]
+
+
+def _holdings(pod: Pod, unit: int) -> dict[int, int]:
+    """Card index -> units the pod holds; raises ValueError on a malformed annotation."""
+    raw = pod.annotations.get(ANNOTATION_DEVICE_ALLOCATED)
+    if raw:
+        try:
+            allocs = decode_allocations(raw).get(DEVICE_GPU, [])
+        except AllocationDecodeError as exc:
+            raise ValueError(str(exc)) from None
+        held = {
+            a.minor: math.ceil(int_value(a.resources[GPU_MEMORY]) / unit)
+            for a in allocs
+            if GPU_MEMORY in a.resources
+        }
+        if held:
+            return held
+    if ANNOTATION_IDX in pod.annotations:
+        try:
+            return {int(pod.annotations[ANNOTATION_IDX]): int(pod.annotations[ANNOTATION_POD])}
+        except (KeyError, ValueError):
+            raise ValueError(f"{ANNOTATION_IDX}/{ANNOTATION_POD} are not integers") from None
+    return {}
+
+
+def gpushare_view(
+    nodes: Iterable[Node],
+    devices: Iterable[Device],
+    pods: Iterable[Pod],
+    unit: str = "GiB",
+) -> tuple[list[GPUShareNode], list[str]]:
+    """The nodes with GPU memory (sorted by name) and one line per pod that could not be read."""
+    size = UNITS[unit]
+    by_name = {d.name: d for d in devices}
+    view = {
+        n.name: GPUShareNode(n.name, _address(n), cards)
+        for n in nodes
+        if (cards := _cards(n, by_name.get(n.name), size))
+    }
+    problems: list[str] = []
+    for pod in pods:
+        node = view.get(pod.node_name)
+        if node is None or pod.terminal:
+            continue
+        try:
+            held = _holdings(pod, size)
+        except ValueError as exc:
+            problems.append(f"pod {pod.key}: {exc}")
+            continue
+        for index, units in held.items():
+            card = next((c for c in node.cards if c.index == index), None)
+            if card is None:
+                problems.append(f"pod {pod.key}: card {index} is not on node {node.name}")
+                continue
+            card.pods[pod.key] = card.pods.get(pod.key, 0) + units
+    return [view[name] for name in sorted(view)], problems
+
+
+def _table(rows: Sequence[Sequence[str]]) -> list[str]:
+    """Columns padded like Go's tabwriter (minwidth 0, padding 2)."""
+    widths = [max(len(r[i]) if i < len(r) else 0 for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in rows]
+
+
+def _percent(used: int, total: int) -> int:
+    return int(used * 100 / total) if total else 0
+
+
+def render_gpushare(
+    nodes: Sequence[GPUShareNode],
+    problems: Sequence[str] = (),
+    *,
+    details: bool = False,
+    unit: str = "GiB",
+) -> str:
+    """gpushare's table (``details``: its per-node listing of pods per card)."""
+    used = sum(n.used for n in nodes)
+    total = sum(n.total for n in nodes)
+    lines: list[str] = []
+    if details:
+        for node in nodes:
+            lines += [f"NAME:       {node.name}", f"IPADDRESS:  {node.address}", ""]
+            header = ["NAME", "NAMESPACE"] + [f"GPU{c.index}(Allocated)" for c in node.cards]
+            rows = [header]
+            keys = sorted({k for c in node.cards for k in c.pods})
+            for key in keys:
+                ns, _, name = key.partition("/")
+                rows.append([name, ns] + [str(c.pods.get(key, 0)) for c in node.cards])
+            rows.append(["Allocated :", f"{node.used} ({_percent(node.used, node.total)}%)"])
+            rows.append(["Total :", str(node.total)])
+            table = _table(rows)
+            lines += table
+            lines.append("-" * max(len(r) for r in table))
+            lines.append("")
+        lines.append(
+            f"Allocated/Total GPU Memory In Cluster:  {used}/{total} ({_percent(used, total)}%)"
+        )
+    else:
+        width = max((len(n.cards) for n in nodes), default=0)
+        header = ["NAME", "IPADDRESS"]
+        header += [f"GPU{i}(Allocated/Total)" for i in range(width)]
+        header.append(f"GPU Memory({unit})")
+        rows = [header]
+        for node in nodes:
+            cells = [f"{c.used}/{c.total}" for c in node.cards]
+            cells += [""] * (width - len(cells))
+            rows.append([node.name, node.address, *cells, f"{node.used}/{node.total}"])
+        table = _table(rows)
+        lines += table
+        lines.append("-" * max(len(r) for r in table))
+        lines.append("Allocated/Total GPU Memory In Cluster:")
+        lines.append(f"{used}/{total} ({_percent(used, total)}%)")
+    lines += [f"warning: {p}" for p in problems]
+    return "\n".join(lines) + "\n"

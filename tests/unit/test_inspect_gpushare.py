@@ -1,0 +1,164 @@
+"""``kubectl inspect gpushare``: gpushare's table over Device CRs, gpushare and koordinator pods."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from apis.core import decode_node, decode_pod
+from apis.device import Device
+from scheduler.inspect_gpushare import gpushare_view, render_gpushare
+from scheduler.kubectl_gpushare import main
+
+ALLOCATED = "scheduling.koordinator.sh/device-allocated"
+
+
+def device(name: str, sizes: list[str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.koordinator.sh/v1alpha1",
+        "kind": "Device",
+        "metadata": {"name": name},
+        "spec": {
+            "devices": [
+                {
+                    "type": "gpu",
+                    "id": f"GPU-{name}-{m}",
+                    "minor": m,
+                    "health": True,
+                    "resources": {
+                        "koordinator.sh/gpu-core": "100",
+                        "koordinator.sh/gpu-memory": size,
+                        "koordinator.sh/gpu-memory-ratio": "100",
+                    },
+                }
+                for m, size in enumerate(sizes)
+            ]
+        },
+    }
+
+
+def node(name: str, ip: str, capacity: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name},
+        "status": {
+            "addresses": [
+                {"type": "Hostname", "address": name},
+                {"type": "InternalIP", "address": ip},
+            ],
+            "capacity": capacity or {},
+        },
+    }
+
+
+def pod(
+    name: str, node_name: str, annotations: dict[str, str], phase: str = "Running"
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": f"uid-{name}",
+            "annotations": annotations,
+        },
+        "spec": {"nodeName": node_name, "containers": [{"name": "c"}]},
+        "status": {"phase": phase},
+    }
+
+
+def koord(minor: int, memory: str) -> dict[str, str]:
+    return {
+        ALLOCATED: json.dumps(
+            {"gpu": [{"minor": minor, "resources": {"koordinator.sh/gpu-memory": memory}}]}
+        )
+    }
+
+
+def gpushare(idx: int, units: int) -> dict[str, str]:
+    return {"ALIYUN_COM_GPU_MEM_IDX": str(idx), "ALIYUN_COM_GPU_MEM_POD": str(units)}
+
+
+OBJECTS: list[dict[str, Any]] = [
+    node("node-a", "10.0.0.1"),
+    device("node-a", ["16Gi", "40Gi"]),
+    node("node-b", "10.0.0.2", {"aliyun.com/gpu-mem": "30", "aliyun.com/gpu-count": "2"}),
+    node("cpu-only", "10.0.0.3"),
+    pod("koord-1", "node-a", koord(1, "10Gi")),
+    pod("koord-2", "node-a", koord(1, "1536Mi")),  # 1.5 GiB rounds up to 2
+    pod("share-1", "node-a", gpushare(0, 3)),
+    pod("both", "node-a", {**koord(0, "4Gi"), **gpushare(0, 4)}),  # counted once
+    pod("gone", "node-a", gpushare(0, 5), phase="Succeeded"),
+    pod("share-2", "node-b", gpushare(1, 6)),
+    pod("broken", "node-b", {ALLOCATED: "{not json"}),
+    pod("elsewhere", "node-c", gpushare(0, 1)),
+]
+
+TABLE = """\
+NAME    IPADDRESS  GPU0(Allocated/Total)  GPU1(Allocated/Total)  GPU Memory(GiB)
+node-a  10.0.0.1   7/16                   12/40                  19/56
+node-b  10.0.0.2   0/15                   6/15                   6/30
+--------------------------------------------------------------------------------
+Allocated/Total GPU Memory In Cluster:
+25/86 (29%)
+"""
+
+DETAILS_NODE_B = """\
+NAME:       node-b
+IPADDRESS:  10.0.0.2
+
+NAME         NAMESPACE  GPU0(Allocated)  GPU1(Allocated)
+share-2      ns         0                6
+Allocated :  6 (20%)
+Total :      30
+--------------------------------------------------------
+"""
+
+
+def _view() -> tuple[Any, list[str]]:
+    nodes = [decode_node(o) for o in OBJECTS if o["kind"] == "Node"]
+    devices = [Device.from_dict(o) for o in OBJECTS if o["kind"] == "Device"]
+    pods = [decode_pod(o) for o in OBJECTS if o["kind"] == "Pod"]
+    return gpushare_view(nodes, devices, pods)
+
+
+def test_table_counts_both_kinds_of_pods_per_card() -> None:
+    view, problems = _view()
+    assert render_gpushare(view, problems) == TABLE + f"warning: {problems[0]}\n"
+    assert problems == [
+        "pod ns/broken: invalid scheduling.koordinator.sh/device-allocated annotation: invalid "
+        "JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"
+    ]
+
+
+def test_details_list_pods_per_card() -> None:
+    view, _ = _view()
+    out = render_gpushare(view, details=True)
+    assert DETAILS_NODE_B in out
+    assert "both         ns         4                0" in out
+    assert "koord-2      ns         0                2" in out
+    assert out.endswith("Allocated/Total GPU Memory In Cluster:  25/86 (29%)\n")
+
+
+def test_mib_unit() -> None:
+    nodes = [decode_node(node("n", "1.2.3.4"))]
+    view, _ = gpushare_view(nodes, [Device.from_dict(device("n", ["1Gi"]))], [], unit="MiB")
+    assert view[0].cards[0].total == 1024
+
+
+def test_plugin_reads_files_and_reports_errors_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "objects.yaml"
+    path.write_text(yaml.safe_dump_all(OBJECTS))
+    assert main(["--file", str(path)]) == 0
+    assert capsys.readouterr().out.startswith(TABLE)
+    assert main(["--file", str(tmp_path / "absent.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kubectl-inspect-gpushare: error:") and len(err.splitlines()) == 1
