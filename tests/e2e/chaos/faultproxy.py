@@ -213,7 +213,7 @@ class FaultProxy:
             sreader, swriter = await asyncio.wait_for(
                 asyncio.open_connection(*self.upstream), timeout=10
             )
-        except (OSError, asyncio.TimeoutError):
+        except (TimeoutError, OSError):
             self.stats.upstream_failures += 1
             _rst(cwriter)
             return
