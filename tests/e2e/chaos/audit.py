@@ -1,0 +1,193 @@
+"""Reading the API server's audit log for the chaos tier: the Lease's holder timeline and every
+pods/binding write, and the check that no replica wrote a binding after it lost the lease.
+
+Only the API server's clock is used (``requestReceivedTimestamp`` and ``stageTimestamp`` of the
+ResponseComplete stage); the replicas' clocks never enter. A binding is *late* when it was
+written (HTTP 201) by a replica's user and either
+
+- another holder's Lease write had completed before the binding was received, and this replica
+  wrote no Lease naming itself while the binding was being served (``lost``), or
+- the last Lease write naming this replica completed more than ``leaseDurationSeconds`` before
+  the binding was received (``expired``: nobody may have taken over yet, but the replica had no
+  right to act).
+
+The check is conservative where requests overlap: a binding served while the same replica's
+Lease write is in flight is not counted, so every reported late bind is a real one.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+AUDIT_POLICY: dict[str, Any] = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        {
+            "level": "RequestResponse",
+            "verbs": ["create", "update", "patch"],
+            "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}],
+        },
+        {
+            "level": "Request",
+            "verbs": ["create"],
+            "resources": [{"group": "", "resources": ["pods/binding"]}],
+        },
+        {
+            "level": "Metadata",
+            "verbs": ["create", "delete"],
+            "resources": [{"group": "", "resources": ["pods"]}],
+        },
+        {"level": "None"},
+    ],
+}
+
+
+def _ts(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+@dataclass(frozen=True)
+class LeaseWrite:
+    received: float
+    completed: float
+    holder: str
+    duration: float
+    user: str
+
+
+@dataclass(frozen=True)
+class BindingWrite:
+    received: float
+    completed: float
+    user: str
+    user_agent: str
+    namespace: str
+    name: str
+    uid: str
+    node: str
+    code: int
+
+
+@dataclass(frozen=True)
+class LateBind:
+    binding: BindingWrite
+    reason: str  # "lost" or "expired"
+    lease_holder: str
+
+    def __str__(self) -> str:
+        b = self.binding
+        return (
+            f"{b.namespace}/{b.name} -> {b.node} by {b.user} at {b.received:.3f}: {self.reason} "
+            f"(holder then: {self.lease_holder or '<none>'})"
+        )
+
+
+def _complete(events: Iterable[Mapping[str, Any]]) -> Iterable[Mapping[str, Any]]:
+    for ev in events:
+        if ev.get("stage") == "ResponseComplete":
+            yield ev
+
+
+def lease_writes(
+    events: Iterable[Mapping[str, Any]], namespace: str, name: str
+) -> list[LeaseWrite]:
+    """Successful creates/updates of the Lease, ordered by completion."""
+    out = []
+    for ev in _complete(events):
+        ref = ev.get("objectRef") or {}
+        if ref.get("resource") != "leases" or ref.get("namespace") != namespace:
+            continue
+        if ref.get("name") != name or ev.get("verb") not in ("create", "update", "patch"):
+            continue
+        if int((ev.get("responseStatus") or {}).get("code", 0)) >= 300:
+            continue
+        spec = (ev.get("responseObject") or {}).get("spec") or {}
+        out.append(
+            LeaseWrite(
+                received=_ts(ev["requestReceivedTimestamp"]),
+                completed=_ts(ev["stageTimestamp"]),
+                holder=str(spec.get("holderIdentity") or ""),
+                duration=float(spec.get("leaseDurationSeconds") or 0),
+                user=str((ev.get("user") or {}).get("username", "")),
+            )
+        )
+    out.sort(key=lambda w: w.completed)
+    return out
+
+
+def binding_writes(events: Iterable[Mapping[str, Any]], namespace: str) -> list[BindingWrite]:
+    """Every pods/binding create in ``namespace`` (any outcome), ordered by receipt."""
+    out = []
+    for ev in _complete(events):
+        ref = ev.get("objectRef") or {}
+        if ref.get("resource") != "pods" or ref.get("subresource") != "binding":
+            continue
+        if ref.get("namespace") != namespace:
+            continue
+        req = ev.get("requestObject") or {}
+        out.append(
+            BindingWrite(
+                received=_ts(ev["requestReceivedTimestamp"]),
+                completed=_ts(ev["stageTimestamp"]),
+                user=str((ev.get("user") or {}).get("username", "")),
+                user_agent=str(ev.get("userAgent", "")),
+                namespace=namespace,
+                name=str(ref.get("name", "")),
+                uid=str((req.get("metadata") or {}).get("uid") or ""),
+                node=str((req.get("target") or {}).get("name", "")),
+                code=int((ev.get("responseStatus") or {}).get("code", 0)),
+            )
+        )
+    out.sort(key=lambda b: b.received)
+    return out
+
+
+def late_binds(
+    bindings: Iterable[BindingWrite],
+    leases: list[LeaseWrite],
+    identity_prefix: Mapping[str, str],
+) -> list[LateBind]:
+    """Successful bindings written without the lease; ``identity_prefix`` maps a replica's API
+    user to the prefix of its leader-election identities (one per process incarnation)."""
+    completed = [w.completed for w in leases]
+    late: list[LateBind] = []
+    for b in bindings:
+        if b.code != 201:
+            continue
+        prefix = identity_prefix.get(b.user)
+        if prefix is None:
+            continue  # not a replica (the test's own client)
+
+        def mine(w: LeaseWrite, prefix: str = prefix) -> bool:
+            return w.holder.startswith(prefix)
+
+        i = bisect.bisect_left(completed, b.received)  # leases[:i] completed before receipt
+        before = leases[:i]
+        overlapping = [w for w in leases[i:] if w.received <= b.completed]
+        if any(mine(w) for w in overlapping):
+            continue  # this replica's Lease write raced the binding: not provably late
+        if not before:
+            late.append(LateBind(b, "lost", ""))
+            continue
+        last = before[-1]
+        if not mine(last):
+            late.append(LateBind(b, "lost", last.holder))
+            continue
+        if b.received - last.completed > last.duration:
+            late.append(LateBind(b, "expired", last.holder))
+    return late
+
+
+def transitions(leases: Iterable[LeaseWrite]) -> list[LeaseWrite]:
+    """The Lease writes that changed the holder."""
+    out: list[LeaseWrite] = []
+    for w in leases:
+        if not out or out[-1].holder != w.holder:
+            out.append(w)
+    return out
