@@ -130,3 +130,48 @@ def test_binding_fields_and_transitions() -> None:
     assert (b.name, b.uid, b.node, b.user, b.code) == ("x", "uid-x", "n1", "u-a", 201)
     holders = [w.holder for w in audit.transitions(audit.lease_writes(events, "default", "L"))]
     assert holders == ["replica-a-1", "replica-b-1"]
+
+
+def pod_create(t: float, name: str, *, code: int = 201) -> dict[str, Any]:
+    return {
+        "stage": "ResponseComplete",
+        "verb": "create",
+        "user": {"username": "koord-admin"},
+        "objectRef": {"resource": "pods", "namespace": "ns", "name": name},
+        "responseStatus": {"code": code},
+        "requestReceivedTimestamp": ts(t),
+        "stageTimestamp": ts(t + 0.01),
+    }
+
+
+@pytest.mark.parametrize(
+    ("events", "landed"),
+    [
+        pytest.param([pod_create(0, "p"), binding(1, "u-a", name="p")], 1, id="one"),
+        pytest.param(
+            [pod_create(0, "p"), binding(1, "u-a", name="p"), pod_create(2, "p")],
+            0,
+            id="bound-old-incarnation-only",
+        ),
+        pytest.param(
+            [pod_create(0, "p"), pod_create(2, "p"), binding(1.99, "u-a", name="p", took=0.1)],
+            1,
+            id="in-flight-binding-lands-on-new-pod",
+        ),
+        pytest.param(
+            [pod_create(0, "p"), pod_create(2, "p", code=409), binding(1, "u-a", name="p")],
+            1,
+            id="failed-create-is-not-an-incarnation",
+        ),
+        pytest.param(
+            [pod_create(0, "p"), binding(1, "u-a", name="p"), binding(2, "u-b", name="p")],
+            2,
+            id="twice",
+        ),
+    ],
+)
+def test_bindings_of_live_incarnation(events: list[dict[str, Any]], landed: int) -> None:
+    got = audit.bindings_of_live(
+        audit.binding_writes(events, "ns"), audit.last_creates(events, "ns")
+    )
+    assert len(got.get("p", [])) == landed

@@ -1,6 +1,12 @@
 """Reading the API server's audit log for the chaos tier: the Lease's holder timeline and every
 pods/binding write, and the check that no replica wrote a binding after it lost the lease.
 
+Bindings are matched to the pod incarnation they landed on by time: a successful binding of a
+name counts for the incarnation whose create completed before the binding did. (The v1.20 API
+server does not enforce the Binding's ``metadata.uid`` precondition: a binding sent for a pod
+that was deleted and re-created under the same name while it was in flight lands on the new
+pod; the tier counts those as ``stale-UID bindings`` and checks the cards they fill.)
+
 Only the API server's clock is used (``requestReceivedTimestamp`` and ``stageTimestamp`` of the
 ResponseComplete stage); the replicas' clocks never enter. A binding is *late* when it was
 written (HTTP 201) by a replica's user and either
@@ -182,6 +188,35 @@ def late_binds(
         if b.received - last.completed > last.duration:
             late.append(LateBind(b, "expired", last.holder))
     return late
+
+
+def last_creates(events: Iterable[Mapping[str, Any]], namespace: str) -> dict[str, float]:
+    """Pod name -> completion time of its last successful create (its live incarnation)."""
+    out: dict[str, float] = {}
+    for ev in _complete(events):
+        ref = ev.get("objectRef") or {}
+        if ref.get("resource") != "pods" or ref.get("subresource") or ev.get("verb") != "create":
+            continue
+        if ref.get("namespace") != namespace or not ref.get("name"):
+            continue
+        if int((ev.get("responseStatus") or {}).get("code", 0)) != 201:
+            continue
+        t = _ts(ev["stageTimestamp"])
+        out[ref["name"]] = max(t, out.get(ref["name"], t))
+    return out
+
+
+def bindings_of_live(
+    bindings: Iterable[BindingWrite], creates: Mapping[str, float]
+) -> dict[str, list[BindingWrite]]:
+    """Pod name -> the successful bindings that landed on its live incarnation: those that
+    completed after that incarnation was created (a binding completes after its pod exists)."""
+    out: dict[str, list[BindingWrite]] = {}
+    for b in bindings:
+        created = creates.get(b.name)
+        if b.code == 201 and created is not None and b.completed > created:
+            out.setdefault(b.name, []).append(b)
+    return out
 
 
 def transitions(leases: Iterable[LeaseWrite]) -> list[LeaseWrite]:
