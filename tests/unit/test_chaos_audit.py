@@ -132,7 +132,7 @@ def test_binding_fields_and_transitions() -> None:
     assert holders == ["replica-a-1", "replica-b-1"]
 
 
-def pod_create(t: float, name: str, *, code: int = 201) -> dict[str, Any]:
+def pod_create(t: float, name: str, *, code: int = 201, took: float = 0.01) -> dict[str, Any]:
     return {
         "stage": "ResponseComplete",
         "verb": "create",
@@ -140,7 +140,7 @@ def pod_create(t: float, name: str, *, code: int = 201) -> dict[str, Any]:
         "objectRef": {"resource": "pods", "namespace": "ns", "name": name},
         "responseStatus": {"code": code},
         "requestReceivedTimestamp": ts(t),
-        "stageTimestamp": ts(t + 0.01),
+        "stageTimestamp": ts(t + took),
     }
 
 
@@ -157,6 +157,11 @@ def pod_create(t: float, name: str, *, code: int = 201) -> dict[str, Any]:
             [pod_create(0, "p"), pod_create(2, "p"), binding(1.99, "u-a", name="p", took=0.1)],
             1,
             id="in-flight-binding-lands-on-new-pod",
+        ),
+        pytest.param(
+            [pod_create(0, "p", took=0.5), binding(0.1, "u-a", name="p")],
+            1,
+            id="bound-before-the-create-was-logged-complete",
         ),
         pytest.param(
             [pod_create(0, "p"), pod_create(2, "p", code=409), binding(1, "u-a", name="p")],

@@ -191,7 +191,9 @@ def late_binds(
 
 
 def last_creates(events: Iterable[Mapping[str, Any]], namespace: str) -> dict[str, float]:
-    """Pod name -> completion time of its last successful create (its live incarnation)."""
+    """Pod name -> receipt time of its last successful create (its live incarnation). Receipt,
+    not completion: a scheduler can see the pod on its watch and bind it before the API server
+    logs the create as complete."""
     out: dict[str, float] = {}
     for ev in _complete(events):
         ref = ev.get("objectRef") or {}
@@ -201,7 +203,7 @@ def last_creates(events: Iterable[Mapping[str, Any]], namespace: str) -> dict[st
             continue
         if int((ev.get("responseStatus") or {}).get("code", 0)) != 201:
             continue
-        t = _ts(ev["stageTimestamp"])
+        t = _ts(ev["requestReceivedTimestamp"])
         out[ref["name"]] = max(t, out.get(ref["name"], t))
     return out
 
@@ -210,7 +212,8 @@ def bindings_of_live(
     bindings: Iterable[BindingWrite], creates: Mapping[str, float]
 ) -> dict[str, list[BindingWrite]]:
     """Pod name -> the successful bindings that landed on its live incarnation: those that
-    completed after that incarnation was created (a binding completes after its pod exists)."""
+    completed after its create was received (a binding completes after its pod exists; the
+    test re-creates a name only after the delete of the previous incarnation completed)."""
     out: dict[str, list[BindingWrite]] = {}
     for b in bindings:
         created = creates.get(b.name)

@@ -12,9 +12,11 @@ replica that did not hold the lease.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import threading
 import time
@@ -446,6 +448,9 @@ def test_chaos(chaos_apiserver: Any, tmp_path: Path, report: Callable[[str], Non
         )
         assert bound, "nothing was bound"
     finally:
+        with contextlib.suppress(OSError):  # the server's dir goes with it: keep the evidence
+            shutil.copy(srv.audit_log, tmp_path / "audit.log")
+        report(f"logs: {tmp_path} (audit.log, one log per replica incarnation)")
         work.stop.set()
         if arrival is not None:
             arrival.join(60)
