@@ -151,7 +151,7 @@ def test_stall_all_holds_bytes_then_delivers_them_in_order(proxy: FaultProxy) ->
 def test_stall_lifts_by_itself(proxy: FaultProxy) -> None:
     with connect(proxy) as s:
         proxy.stall(0.5, "all")
-        assert proxy.stalled
+        assert proxy.stalled and 0 < proxy.stall_remaining <= 0.5
         s.sendall(b"xy")
         assert recv_exact(s, 2) == b"xy"  # within the socket's 10 s timeout
         assert not proxy.stalled

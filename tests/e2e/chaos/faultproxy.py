@@ -164,6 +164,10 @@ class FaultProxy:
     def stalled(self) -> bool:
         return time.monotonic() < self._stall_until
 
+    @property
+    def stall_remaining(self) -> float:
+        return max(0.0, self._stall_until - time.monotonic())
+
     def reset(self, scope: Scope = "all") -> int:
         """RST the matching connections now; returns how many."""
         loop = self._loop

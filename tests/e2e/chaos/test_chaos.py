@@ -40,7 +40,11 @@ pytestmark = pytest.mark.e2e
 NODES = int(os.environ.get("CHAOS_NODES", "200"))
 PODS = int(os.environ.get("CHAOS_PODS", "2000"))
 LEASE_S, RENEW_S, RETRY_S = 10, 7, 2
-WATCH_STALL_S = 35.0  # > 30 s: longer than the old assumed-pod TTL
+WATCH_STALL_S = 50.0  # > 30 s: well past the old assumed-pod TTL
+BURST = 120  # pods created at once before a process fault: binding cycles in flight
+# kube-scheduler's client defaults (--kube-api-qps 50, --kube-api-burst 100): a burst of pods
+# queues binds behind the client's rate limiter, as on a busy cluster.
+REPLICA_ARGS = ("--kube-api-qps=50", "--kube-api-burst=100")
 SETTLE_TIMEOUT_S = float(os.environ.get("CHAOS_SETTLE_S", "420"))
 NS = "chaos"
 SCHEDULER = "koord-chaos"
@@ -138,6 +142,11 @@ class Workload:
         except Exception as exc:
             self.errors.append(repr(exc))
 
+    def burst(self, count: int) -> None:
+        """``count`` new pods at once (8 client threads)."""
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda _: self.new_pod(), range(count)))
+
     def recreate(self, count: int) -> str:
         """Create ``count`` pods, then delete and re-create each under the same name while the
         scheduler is binding it (new UID)."""
@@ -189,6 +198,8 @@ class Chaos:
     def sigstop_leader(self) -> str:
         r = self.leader()
         before = r.identity
+        self.work.burst(BURST)
+        time.sleep(self.rng.uniform(0.2, 1.5))
         r.signal(signal.SIGSTOP)
         time.sleep(LEASE_S + 5)
         deadline = time.monotonic() + 60
@@ -207,6 +218,8 @@ class Chaos:
     def sigterm_leader(self) -> str:
         r = self.leader()
         ident = r.identity
+        self.work.burst(BURST)
+        time.sleep(self.rng.uniform(0.2, 1.5))
         r.signal(signal.SIGTERM)
         return f"SIGTERM {ident} (graceful hand-over)"
 
@@ -218,7 +231,10 @@ class Chaos:
     def stall_watches(self) -> str:
         r = self.leader()
         r.proxy.stall(WATCH_STALL_S, "long")
-        time.sleep(WATCH_STALL_S)
+        self.work.burst(BURST)  # bound now, confirmed by the watch only after the stall
+        time.sleep(WATCH_STALL_S - 15)
+        self.work.burst(BURST)  # placed while the first burst's events are > 30 s late
+        time.sleep(r.proxy.stall_remaining)
         return f"watches of {r.identity} stalled {WATCH_STALL_S:.0f}s (binds flowing)"
 
     def recreate_inflight(self) -> str:
@@ -256,7 +272,7 @@ def schedule(rng: random.Random, minutes: float) -> list[str]:
         return kinds
     cost = {
         "sigstop_leader": 30,
-        "stall_watches": 40,
+        "stall_watches": 55,
         "restart_apiserver": 20,
         "recreate_inflight": 10,
         "latency": 15,
@@ -325,7 +341,7 @@ def test_chaos(chaos_apiserver: Any, tmp_path: Path, report: Callable[[str], Non
         user = f"koord-chaos-{name}"
         proxy = FaultProxy("127.0.0.1", srv.port).start()
         kubeconfig = srv.kubeconfig_path(srv.token_for(user), server=proxy.url)
-        replicas.append(Replica(name, user, kubeconfig, cfg, tmp_path, proxy))
+        replicas.append(Replica(name, user, kubeconfig, cfg, tmp_path, proxy, REPLICA_ARGS))
     supervisor = Supervisor(replicas).start()
     work = Workload(kube, rng, selector)
     chaos = Chaos(srv, kube, replicas, work, rng)
