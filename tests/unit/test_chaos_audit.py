@@ -180,3 +180,20 @@ def test_bindings_of_live_incarnation(events: list[dict[str, Any]], landed: int)
         audit.binding_writes(events, "ns"), audit.last_creates(events, "ns")
     )
     assert len(got.get("p", [])) == landed
+
+
+@pytest.mark.parametrize(
+    ("events", "late_by"),
+    [
+        pytest.param(
+            [lease(0, "replica-a-1", "u-a"), lease(5, "replica-b-1", "u-b"), binding(6, "u-a")],
+            0.99,
+            id="since-takeover",
+        ),
+        pytest.param([lease(0, "replica-a-1", "u-a"), binding(12, "u-a")], 1.99, id="since-expiry"),
+    ],
+)
+def test_late_by(events: list[dict[str, Any]], late_by: float) -> None:
+    leases = audit.lease_writes(events, "default", "L")
+    [late] = audit.late_binds(audit.binding_writes(events, "ns"), leases, USERS)
+    assert late.late_by == pytest.approx(late_by, abs=1e-3)

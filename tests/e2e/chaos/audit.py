@@ -85,12 +85,13 @@ class LateBind:
     binding: BindingWrite
     reason: str  # "lost" or "expired"
     lease_holder: str
+    late_by: float = 0.0  # seconds since the lease was lost / expired, when the server got it
 
     def __str__(self) -> str:
         b = self.binding
         return (
             f"{b.namespace}/{b.name} -> {b.node} by {b.user} at {b.received:.3f}: {self.reason} "
-            f"(holder then: {self.lease_holder or '<none>'})"
+            f"{self.late_by:.3f}s before (holder then: {self.lease_holder or '<none>'})"
         )
 
 
@@ -183,10 +184,13 @@ def late_binds(
             continue
         last = before[-1]
         if not mine(last):
-            late.append(LateBind(b, "lost", last.holder))
+            mine_before = [j for j, w in enumerate(before) if mine(w)]
+            lost_at = before[mine_before[-1] + 1] if mine_before else before[0]
+            late.append(LateBind(b, "lost", last.holder, b.received - lost_at.completed))
             continue
-        if b.received - last.completed > last.duration:
-            late.append(LateBind(b, "expired", last.holder))
+        expires = last.completed + last.duration
+        if b.received > expires:
+            late.append(LateBind(b, "expired", last.holder, b.received - expires))
     return late
 
 
