@@ -197,3 +197,16 @@ def test_late_by(events: list[dict[str, Any]], late_by: float) -> None:
     leases = audit.lease_writes(events, "default", "L")
     [late] = audit.late_binds(audit.binding_writes(events, "ns"), leases, USERS)
     assert late.late_by == pytest.approx(late_by, abs=1e-3)
+
+
+def test_late_attempts_include_rejected_bindings() -> None:
+    events = [
+        lease(0, "replica-a-1", "u-a"),
+        lease(5, "replica-b-1", "u-b"),
+        binding(6, "u-a", code=409),
+    ]
+    leases = audit.lease_writes(events, "default", "L")
+    bindings = audit.binding_writes(events, "ns")
+    assert audit.late_binds(bindings, leases, USERS) == []
+    [late] = audit.late_binds(bindings, leases, USERS, attempts=True)
+    assert (late.reason, late.binding.code) == ("lost", 409)

@@ -159,13 +159,18 @@ def late_binds(
     bindings: Iterable[BindingWrite],
     leases: list[LeaseWrite],
     identity_prefix: Mapping[str, str],
+    *,
+    attempts: bool = False,
 ) -> list[LateBind]:
     """Successful bindings written without the lease; ``identity_prefix`` maps a replica's API
-    user to the prefix of its leader-election identities (one per process incarnation)."""
+    user to the prefix of its leader-election identities (one per process incarnation).
+    ``attempts=True``: every binding request sent without the lease, whatever its answer (a
+    deposed leader's binds that the API server rejected because the new leader had bound the
+    pod first)."""
     completed = [w.completed for w in leases]
     late: list[LateBind] = []
     for b in bindings:
-        if b.code != 201:
+        if b.code != 201 and not attempts:
             continue
         prefix = identity_prefix.get(b.user)
         if prefix is None:

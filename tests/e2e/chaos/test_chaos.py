@@ -403,6 +403,7 @@ def test_chaos(chaos_apiserver: Any, tmp_path: Path, report: Callable[[str], Non
         bindings = audit.binding_writes(events, NS)
         users = {r.user: r.identity_prefix for r in replicas}
         late = audit.late_binds(bindings, leases, users)
+        late_attempts = audit.late_binds(bindings, leases, users, attempts=True)
         landed = audit.bindings_of_live(bindings, audit.last_creates(events, NS))
         not_once = {
             p["metadata"]["name"]: len(landed.get(p["metadata"]["name"], []))
@@ -432,6 +433,7 @@ def test_chaos(chaos_apiserver: Any, tmp_path: Path, report: Callable[[str], Non
             "pods_lost": len(lost),
             "over_committed_cards": len(over),
             "late_binds": len(late),
+            "late_bind_attempts_rejected": len(late_attempts) - len(late),
             "bound_not_exactly_once": len(not_once),
             "binding_writes": len(bindings),
             "binding_writes_ok": sum(b.code == 201 for b in bindings),
