@@ -201,13 +201,13 @@ class Chaos:
         self.work.burst(BURST)
         time.sleep(self.rng.uniform(0.2, 1.5))
         r.signal(signal.SIGSTOP)
-        time.sleep(LEASE_S + 5)
+        time.sleep(LEASE_S + 1)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and self.holder() in ("", before):
-            time.sleep(0.5)
+            time.sleep(0.1)  # wake it the moment the standby takes over: its queue is fullest
         taken = self.holder()
         r.signal(signal.SIGCONT)
-        return f"SIGSTOP {before} for >{LEASE_S + 5}s (lease then held by {taken!r}), SIGCONT"
+        return f"SIGSTOP {before} for >{LEASE_S}s (lease then held by {taken!r}), SIGCONT"
 
     def sigkill_any(self) -> str:
         r = self.rng.choice(self.replicas)
