@@ -90,8 +90,9 @@ class LateBind:
     def __str__(self) -> str:
         b = self.binding
         return (
-            f"{b.namespace}/{b.name} -> {b.node} by {b.user} at {b.received:.3f}: {self.reason} "
-            f"{self.late_by:.3f}s before (holder then: {self.lease_holder or '<none>'})"
+            f"{b.namespace}/{b.name} -> {b.node} by {b.user} (HTTP {b.code}): lease {self.reason} "
+            f"{self.late_by:.3f}s before the server got it (holder then: "
+            f"{self.lease_holder or '<none>'})"
         )
 
 
