@@ -18,6 +18,7 @@ import os
 import random
 import shutil
 import signal
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -44,6 +45,7 @@ WATCH_STALL_S = 50.0  # > 30 s: well past the old assumed-pod TTL
 BURST = 120  # pods created at once before a process fault: binding cycles in flight
 # kube-scheduler's client defaults (--kube-api-qps 50, --kube-api-burst 100): a burst of pods
 # queues binds behind the client's rate limiter, as on a busy cluster.
+GRACE_S = 30.0  # kubelet's default terminationGracePeriodSeconds
 REPLICA_ARGS = ("--kube-api-qps=50", "--kube-api-burst=100")
 SETTLE_TIMEOUT_S = float(os.environ.get("CHAOS_SETTLE_S", "420"))
 NS = "chaos"
@@ -178,6 +180,7 @@ class Chaos:
         self.work = work
         self.rng = rng
         self.lease_path = f"/apis/coordination.k8s.io/v1/namespaces/default/leases/{LEASE}"
+        self.grace_overruns: list[str] = []
 
     def holder(self) -> str:
         try:
@@ -220,8 +223,22 @@ class Chaos:
         ident = r.identity
         self.work.burst(BURST)
         time.sleep(self.rng.uniform(0.2, 1.5))
+        proc = r.proc
         r.signal(signal.SIGTERM)
+        threading.Thread(target=self._kill_after_grace, args=(r, proc, ident), daemon=True).start()
         return f"SIGTERM {ident} (graceful hand-over)"
+
+    def _kill_after_grace(self, r: Replica, proc: Any, ident: str) -> None:
+        """kubelet's terminationGracePeriodSeconds: SIGKILL a process that did not exit."""
+        if proc is None or proc.proc is None:
+            return
+        try:
+            proc.proc.wait(GRACE_S)
+        except subprocess.TimeoutExpired:
+            self.grace_overruns.append(ident)
+            with r.lock:
+                if r.proc is proc:
+                    r.signal(signal.SIGKILL)
 
     def restart_apiserver(self) -> str:
         t0 = time.monotonic()
@@ -440,6 +457,7 @@ def test_chaos(chaos_apiserver: Any, tmp_path: Path, report: Callable[[str], Non
             "stale_uid_bindings_landed": len(stale_uid),
             "lease_transitions": len(audit.transitions(leases)),
             "replica_exits": len(exits),
+            "sigterm_exits_over_grace_period": len(chaos.grace_overruns),
             "replica_restarts": supervisor.restarts,
             "settle_seconds": round(settle_s, 1),
         }
@@ -457,6 +475,11 @@ def test_chaos(chaos_apiserver: Any, tmp_path: Path, report: Callable[[str], Non
             problems.append(f"pods lost: {lost[:20]}")
         if stuck:
             problems.append(f"pending pods that fit: {stuck[:20]}")
+        if chaos.grace_overruns:
+            problems.append(
+                f"did not exit within {GRACE_S:.0f}s of SIGTERM (SIGKILLed, as kubelet would): "
+                f"{chaos.grace_overruns}"
+            )
         if not_once:
             problems.append(
                 f"bound pods without exactly one binding: {dict(list(not_once.items())[:20])}"
