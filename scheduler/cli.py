@@ -82,6 +82,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 # -- run --------------------------------------------------------------------------------------
 
 
+SHUTDOWN_BIND_WAIT = 10.0
+"""Seconds a stopping scheduler waits for its binds in flight before it exits."""
+EXIT_LOST_LEASE = 1
+"""Exit status after losing the leader lease (kube-scheduler exits non-zero there too)."""
+
+
 def _identity() -> str:
     return f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4()}"
 
@@ -90,7 +96,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     import dataclasses
 
     from scheduler.health import Check, HealthServer
-    from scheduler.kube.cluster import KubeCluster
+    from scheduler.kube.cluster import KubeCluster, bind_permission_problem
     from scheduler.kube.events import EventRecorder
     from scheduler.kube.leader import KubeLeaseStore, LeaderElector
     from scheduler.kube.ratelimit import TokenBucket
@@ -115,7 +121,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     recorder = EventRecorder(
         rest.with_limiter(None), qps=args.event_qps, burst=args.event_burst, host=identity
     )
-    cluster = KubeCluster(rest, recorder, bind_mode=args.bind_mode)
+    problem = bind_permission_problem(rest, args.bind_mode)
+    if problem is not None:
+        transport.close()
+        raise UserError(problem)
+    # The fence (see scheduler/kube/cluster.py): a bind write goes out only while this
+    # replica holds an unexpired lease and is not shutting down.
+    fence_closed = threading.Event()
+    elector: LeaderElector | None = None
+
+    def fence() -> bool:
+        return not fence_closed.is_set() and (elector is None or elector.leading)
+
+    cluster = KubeCluster(rest, recorder, bind_mode=args.bind_mode, fence=fence)
     metrics = SchedulerMetrics()
     try:
         sched = Scheduler(
@@ -134,7 +152,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     metrics.watch_devices(cluster.view)
 
     le = config.leader_election
-    elector: LeaderElector | None = None
+    stop = threading.Event()
+    lost_lease = threading.Event()
+
+    def on_leading(leading: bool) -> None:
+        # Called only on transitions: False means we led and lost (OnStoppedLeading). The
+        # fence already refuses binds; stop, and exit so a supervisor restarts us clean.
+        if not leading:
+            lost_lease.set()
+            stop.set()
+
     if le.leader_elect:
         store = KubeLeaseStore(
             rest.with_limiter(None), le.resource_namespace, le.resource_name, le.renew_deadline
@@ -145,6 +172,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             lease_duration=le.lease_duration,
             renew_deadline=le.renew_deadline,
             retry_period=le.retry_period,
+            on_change=on_leading,
         )
     scheduler_thread = threading.current_thread()
 
@@ -183,8 +211,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UserError(f"cannot listen on {args.bind_address}:{args.port}: {exc}") from None
 
-    stop = threading.Event()
-
     def on_signal(signum: int, frame: Any) -> None:
         log.info("stopping", signal=signal.Signals(signum).name)
         stop.set()
@@ -210,13 +236,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         sched.run(stop, ready)
     finally:
+        # Graceful order: stop scheduling -> wait (bounded) for the binds in flight -> close
+        # the fence -> release the Lease (only when no bind can still be on the wire) -> exit.
+        drained = sched.stop_binding(SHUTDOWN_BIND_WAIT)
+        fence_closed.set()
         if elector is not None:
-            elector.stop(release=True)
+            if not drained:
+                log.warning("binds still in flight at shutdown: the Lease is left to expire")
+            elector.stop(release=drained and not lost_lease.is_set())
         cluster.stop()
         sched.close()
         server.stop()
         transport.close()
         log.info("stopped")
+    if lost_lease.is_set():
+        log.error("leader lease lost: exiting so that a restart begins with a clean cache")
+        return EXIT_LOST_LEASE
     return 0
 
 

@@ -7,7 +7,8 @@ adapter (``scheduler.kube``). Neither is imported here: this module is the contr
 Invariants: ``subscribe`` handlers receive every change as a ``Change`` of decoded records
 (``apis.core.Pod``/``Node``, ``apis.device.Device``), possibly from another thread (the
 scheduler hands them to its own thread); ``bind`` is one write carrying the annotations and
-raises ``BindError`` (``gone=True`` for 404/409) on failure.
+raises ``BindError`` on failure (see its flags); ``lookup_pod`` reads the source of truth, not
+a cache, so the scheduler can learn what an uncertain bind did.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+from apis.core import Pod
 from scheduler.framework.events import Change
 from scheduler.framework.interfaces import BindError, ClusterClient
 
@@ -32,4 +34,9 @@ class Cluster(ClusterClient, Protocol):
 
     def wait_for_sync(self, timeout: float | None = None) -> bool:
         """True once the initial state has been delivered to every subscriber."""
+        ...
+
+    def lookup_pod(self, pod: Pod) -> Pod | None:
+        """The pod named like ``pod`` as the cluster holds it now (any UID), None when there
+        is none; raises ``Exception`` when the cluster cannot be read."""
         ...

@@ -9,9 +9,16 @@ API. Binding outcomes come back through the same inbox as cluster changes; a fai
 on the scheduling thread (Unreserve, forget, requeue with backoff).
 
 Invariants: caches, queue and plugin state are only touched on the scheduling thread; every
-placement is assumed in the cache before its bind starts; a failed bind releases everything it
-reserved; an unschedulable pod gets exactly one FitError message built by
-``scheduler.framework.types.fit_error_message``.
+placement is assumed in the cache before its bind starts; a bind that *certainly* failed
+releases everything it reserved, and one whose outcome is uncertain (answer lost, 409) is
+resolved by reading the pod back first — a reservation is never released for a pod the
+cluster shows bound to our node, and never by a timer; an unschedulable pod gets exactly one
+FitError message built by ``scheduler.framework.types.fit_error_message``.
+
+Fencing: ``stop_binding`` closes the binding path (no bind starts after it) and waits, bounded,
+for the binds in flight; the Kubernetes adapter also checks the leader lease immediately
+before each POST. At most ``max_in_flight`` binds are queued or running, so a deposed leader
+has no long backlog of old decisions.
 """
 
 from __future__ import annotations
@@ -48,6 +55,8 @@ from scheduler.framework.types import Diagnosis, FitError, SlotNodes
 from scheduler.framework.waiting import WaitingPod, WaitingPods
 
 PLUGIN_METRICS_SAMPLE_PERCENT = 10
+RESOLVE_BACKOFF = (0.2, 5.0)
+"""First and largest pause between reads of a pod whose bind outcome is uncertain."""
 NOT_READY_POLL = 0.1
 QUEUE_STATS_INTERVAL = 1.0
 
@@ -90,6 +99,12 @@ class _BindOutcome:
     qpi: QueuedPodInfo
     assumed: Pod
     status: Status | None
+    started: float = 0.0
+    """``perf_counter`` at the start of the pod's scheduling attempt (attempt duration)."""
+    resolution: str = ""
+    """"bound", "failed", "gone", "fenced", "rejected" or "unknown" (see ``_resolve``)."""
+    counted: bool = False
+    """Counted in ``_binds_queued`` (pods that waited on Permit are not)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +130,7 @@ class Scheduler:
         rng: random.Random | None = None,
         observer: SchedulerObserver | None = None,
         bind_workers: int = 4,
+        max_in_flight: int | None = None,
         on_incoming: Callable[[str, str], None] | None = None,
         log_decisions: bool = False,
     ) -> None:
@@ -163,6 +179,11 @@ class Scheduler:
         self._inbox: stdqueue.SimpleQueue[Change | _BindOutcome] = stdqueue.SimpleQueue()
         self._binder = ThreadPoolExecutor(max(1, bind_workers), thread_name_prefix="bind")
         self._in_flight = 0
+        self._binds_queued = 0
+        self._max_in_flight = max_in_flight or 4 * max(1, bind_workers)
+        self._closing = threading.Event()
+        self._bind_lock = threading.Lock()
+        self._bind_futures: set[Future[None]] = set()
         self._io_lock = threading.Lock()
         self._pending_io: set[Future[None]] = set()
         self._next_start_index = 0
@@ -240,16 +261,14 @@ class Scheduler:
     def schedule_one(self) -> bool:
         """Apply pending changes and schedule at most one pod; False when none was ready."""
         self.drain()
+        if self._closing.is_set() or self._binds_queued >= self._max_in_flight:
+            return False
         self.queue.flush()
-        for pod in self.cache.cleanup_assumed_pods():
-            fwk = self.profiles.get(pod.scheduler_name)
-            if fwk is not None:
-                fwk.run_unreserve(CycleState(), pod, pod.node_name)
         qpi = self.queue.pop()
         if qpi is None:
             return False
         fwk = self.profiles.get(qpi.pod.scheduler_name)
-        if fwk is None or qpi.pod.terminating or self.cache.get_pod(qpi.pod.key) is not None:
+        if fwk is None or qpi.pod.terminating or self.cache.get_pod(qpi.pod) is not None:
             return True
         self._schedule(fwk, qpi)
         return True
@@ -288,7 +307,18 @@ class Scheduler:
             wait = 1.0 if wake is None else min(1.0, max(0.0, wake - self.clock.now()))
             self.drain(block=True, timeout=max(wait, 0.001))
 
+    def stop_binding(self, timeout: float) -> bool:
+        """Graceful stop, step one: no new scheduling cycle or bind starts from now on; wait
+        up to ``timeout`` s for the binds in flight. True when none is left running."""
+        self._closing.set()
+        with self._bind_lock:
+            pending = list(self._bind_futures)
+        _, not_done = futures_wait(pending, timeout=timeout)
+        self.drain()
+        return not not_done
+
     def close(self) -> None:
+        self._closing.set()
         self._binder.shutdown(wait=True)
         self.drain()
 
@@ -310,7 +340,7 @@ class Scheduler:
 
     def _schedule(self, fwk: Framework, qpi: QueuedPodInfo) -> None:
         pod = qpi.pod
-        start = time.perf_counter()
+        start = time.perf_counter()  # attempt duration: algorithm + binding, as kube counts
         state = CycleState()
         state.record_metrics = self.rng.randrange(100) < PLUGIN_METRICS_SAMPLE_PERCENT
         cycle = self.queue.scheduling_cycle
@@ -351,15 +381,23 @@ class Scheduler:
             self._fail_status(fwk, qpi, status, cycle)
             self.observer.attempt(_result_of(status), fwk.name, time.perf_counter() - start)
             return
-        self.observer.attempt("scheduled", fwk.name, time.perf_counter() - start)
         if self._log_decisions:
             log.info("scheduled", pod=pod.key, node=node_name, cycle=cycle, attempts=qpi.attempts)
         waiting = None
         if waits:
             waiting = WaitingPod(assumed, waits)
             self.waiting_pods.add(waiting)
+        else:
+            self._binds_queued += 1  # pods waiting on Permit do not count against the bound
         self._in_flight += 1
-        self._binder.submit(self._binding_cycle, fwk, state, qpi, assumed, waiting)
+        future = self._binder.submit(self._binding_cycle, fwk, state, qpi, assumed, waiting, start)
+        with self._bind_lock:
+            self._bind_futures.add(future)
+        future.add_done_callback(self._bind_done)
+
+    def _bind_done(self, future: Future[None]) -> None:
+        with self._bind_lock:
+            self._bind_futures.discard(future)
 
     def _select_node(self, fwk: Framework, state: CycleState, pod: Pod) -> str:
         snapshot = self.cache.snapshot
@@ -427,6 +465,7 @@ class Scheduler:
         qpi: QueuedPodInfo,
         assumed: Pod,
         waiting: WaitingPod | None,
+        started: float,
     ) -> None:
         node = assumed.node_name
         status: Status | None = None
@@ -434,6 +473,9 @@ class Scheduler:
             if waiting is not None:
                 status = waiting.wait()
                 self.waiting_pods.remove(assumed.uid)
+            if status is None and self._closing.is_set():
+                fenced = BindError("scheduler stopping: bind not sent", fenced=True)
+                status = Status(Code.ERROR, (str(fenced),), fenced)
             if status is None:
                 status = fwk.run_pre_bind(state, assumed, node)
             if status is None:
@@ -442,17 +484,63 @@ class Scheduler:
                 fwk.run_post_bind(state, assumed, node)
         except Exception as exc:  # never lose a pod to a bug in the binding cycle
             status = Status(Code.ERROR, (str(exc),), exc)
-        self._inbox.put(_BindOutcome(fwk, state, qpi, assumed, status))
+        resolution = self._resolve(assumed, status)
+        self._inbox.put(
+            _BindOutcome(fwk, state, qpi, assumed, status, started, resolution, waiting is None)
+        )
+
+    def _resolve(self, assumed: Pod, status: Status | None) -> str:
+        """What the binding cycle did, in the cluster's terms (worker thread).
+
+        "bound" (the pod is bound to our node), "failed" (certainly not bound: retry),
+        "gone" (deleted, re-created or bound elsewhere: nothing to retry), "fenced" (not sent:
+        leadership lost or stopping), "rejected" (a Permit verdict), or "unknown" (uncertain
+        and the pod could not be read before the scheduler stopped: keep everything)."""
+        if status is None:
+            return "bound"
+        err = status.error
+        if not isinstance(err, BindError):
+            return "rejected" if status.is_rejected else "failed"
+        if err.gone:
+            return "gone"
+        if err.fenced:
+            return "fenced"
+        if not err.uncertain:
+            return "failed"
+        pause = RESOLVE_BACKOFF[0]
+        while True:
+            try:
+                current = self.cluster.lookup_pod(assumed)
+            except Exception as exc:  # the API is unreachable: the answer is still unknown
+                log.info(
+                    "bind outcome unknown, reading the pod again", pod=assumed.key, error=str(exc)
+                )
+                if self._closing.wait(pause):
+                    return "unknown"
+                pause = min(RESOLVE_BACKOFF[1], pause * 2)
+                continue
+            if current is None or current.uid != assumed.uid:
+                return "gone"
+            if not current.node_name:
+                return "failed"
+            return "bound" if current.node_name == assumed.node_name else "gone"
 
     def _finish_binding(self, outcome: _BindOutcome) -> None:
         self._in_flight -= 1
         fwk, assumed, status = outcome.framework, outcome.assumed, outcome.status
-        if status is None:
+        qpi = outcome.qpi
+        resolution = outcome.resolution or ("bound" if status is None else "failed")
+        seconds = time.perf_counter() - outcome.started if outcome.started else 0.0
+        if outcome.counted:
+            self._binds_queued -= 1
+        if resolution == "bound":
             self.cache.finish_binding(assumed)
-            qpi = outcome.qpi
             self.failures.pop(assumed.key, None)
+            self.observer.attempt("scheduled", fwk.name, seconds)
             first = qpi.initial_attempt_timestamp or qpi.timestamp
             self.observer.scheduled(qpi.attempts, self.clock.now() - first)
+            if self._log_decisions:
+                log.info("bound", pod=assumed.key, node=assumed.node_name)
             self._io(
                 fwk.handle.client.record_event,
                 assumed,
@@ -461,28 +549,39 @@ class Scheduler:
                 f"Successfully assigned {assumed.key} to {assumed.node_name}",
             )
             return
+        assert status is not None
+        if resolution == "unknown":
+            # The bind may have landed and the cluster cannot say: keep the pod assumed and
+            # its reservation held (never over-commit); the informer settles it.
+            log.warning("bind outcome unknown at stop", pod=assumed.key, node=assumed.node_name)
+            return
         fwk.run_unreserve(outcome.state, assumed, assumed.node_name)
         self.cache.forget_pod(assumed)
-        gone = isinstance(status.error, BindError) and status.error.gone
+        self.observer.attempt(
+            "unschedulable" if resolution == "rejected" else "error", fwk.name, seconds
+        )
         if self._log_decisions:
             log.warning(
                 "binding failed",
                 pod=assumed.key,
                 node=assumed.node_name,
-                gone=gone,
+                outcome=resolution,
                 error=status.message,
             )
-        if gone:
-            return  # deleted or bound by someone else: nothing to retry
-        if status.is_rejected:
+        if resolution == "gone":
+            return  # deleted, re-created or bound elsewhere: nothing to retry for this UID
+        if resolution == "fenced":
+            self.queue.requeue_with_backoff(qpi)  # whoever leads next schedules it
+            return
+        if resolution == "rejected":
             # A Permit plugin rejected the waiting pod (or its wait timed out): a verdict, so
             # the pod waits for an event that plugin registered, like any unschedulable pod.
-            self._fail_status(fwk, outcome.qpi, status, self.queue.scheduling_cycle)
+            self._fail_status(fwk, qpi, status, self.queue.scheduling_cycle)
             return
         message = f"Binding rejected: {status.message}"
         self.failures[assumed.key] = message
-        self.queue.requeue_with_backoff(outcome.qpi)
-        self._report_failure(fwk, outcome.qpi.pod, message, error=True)
+        self.queue.requeue_with_backoff(qpi)
+        self._report_failure(fwk, qpi.pod, message, error=True)
 
     # -- failures ---------------------------------------------------------------------------------
 

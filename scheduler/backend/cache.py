@@ -4,9 +4,17 @@ The cache owns the ``Snapshot`` the plugins read and keeps it equal to "every no
 pod that is bound, binding or assumed, on its node". After a scheduling cycle picks a node the
 scheduler *assumes* the pod (its resources count on the node at once, so the next cycle sees
 them) and binds it in the background; the pod's add event later *confirms* the assumption. A
-bind failure *forgets* the pod (its resources are released). An assumed pod whose binding
-finished but whose add event never came within ``ttl`` seconds is expired by
-``cleanup_assumed_pods()``; an assumed pod whose binding has not finished never expires.
+bind that certainly failed *forgets* the pod (its resources are released).
+
+An assumed pod leaves the cache only through its bind outcome (``forget_pod``) or an event
+from the informer (confirmed, or deleted) — never by a timer. kube-scheduler dropped its
+assumed-pod expiry in kubernetes#106361: a pod whose bind succeeded but whose watch event is
+late (API server under load, relist after a 410) is bound and running, and releasing its
+resources would hand the same card share to the next pod.
+
+Identity is the pod's UID (``pod_id``): a pod deleted and re-created under the same name is
+another pod, so an old assumed copy never hides the new one, and the old bind's outcome never
+forgets the new one.
 
 Semantics follow kube-scheduler's cache, made tolerant: events are facts about the cluster, so
 an event the cache did not expect (a delete of an unknown pod, a second add) is applied as
@@ -17,8 +25,8 @@ Invariants:
   cycles (binding workers hand their results back to that thread). So the snapshot is the
   cache's live state — nothing is copied or rebuilt per cycle, and the cost of a cycle does
   not grow with the number of pods placed.
-- Each known pod is counted exactly once, on the node named by its cached record; the
-  snapshot is mutated only through its own methods.
+- Each known pod (by UID) is counted exactly once, on the node named by its cached record;
+  the snapshot is mutated only through its own methods.
 - Unassigned pods never enter the cache, except as assumed copies carrying a node name;
   terminal pods (Succeeded/Failed) leave it.
 - A node deleted while pods still reference it stays in the snapshot as an "imaginary" node
@@ -40,29 +48,27 @@ class CacheError(Exception):
     """The scheduler asked the cache for something inconsistent (e.g. assume a known pod)."""
 
 
+def pod_id(pod: Pod) -> str:
+    """A pod's identity for the cache: its UID (its key only for records without one)."""
+    return pod.uid or pod.key
+
+
 @dataclass(slots=True)
 class _PodState:
     pod: Pod
     assumed: bool = False
     binding_finished: bool = False
-    deadline: float | None = None
 
 
 class Cache:
     """Nodes and assigned pods, kept in ``snapshot`` (see module doc)."""
 
-    def __init__(
-        self, clock: Clock, *, ttl: float = 30.0, snapshot: Snapshot | None = None
-    ) -> None:
-        """``ttl``: seconds an assumed pod may wait, after its binding finished, for its add
-        event; 0 means assumed pods never expire. ``snapshot`` must be empty."""
-        if ttl < 0:
-            raise ValueError(f"ttl must be non-negative, got {ttl}")
+    def __init__(self, clock: Clock, *, snapshot: Snapshot | None = None) -> None:
+        """``snapshot`` must be empty."""
         self.snapshot = snapshot if snapshot is not None else Snapshot()
         if self.snapshot.size:
             raise ValueError("the cache must start from an empty snapshot")
         self._clock = clock
-        self._ttl = ttl
         self._pods: dict[str, _PodState] = {}
         self._assumed: dict[str, _PodState] = {}
 
@@ -88,20 +94,20 @@ class Cache:
         pod is removed."""
         if not pod.assigned:
             return
+        ident = pod_id(pod)
         if pod.terminal:
-            self._remove(pod.key)
+            self._remove(ident)
             return
-        state = self._pods.get(pod.key)
+        state = self._pods.get(ident)
         if state is None:
-            self._pods[pod.key] = _PodState(pod)
+            self._pods[ident] = _PodState(pod)
             self.snapshot.add_pod(pod.node_name, pod)
             return
         self._replace(state, pod)
         if state.assumed:
             state.assumed = False
             state.binding_finished = False
-            state.deadline = None
-            del self._assumed[pod.key]
+            del self._assumed[ident]
 
     def update_pod(self, old: Pod, new: Pod) -> None:
         """Apply a pod update. A new UID is a delete plus an add; an update that shows the pod
@@ -115,13 +121,13 @@ class Cache:
         if new.assigned:
             self.add_pod(new)
             return
-        state = self._pods.get(new.key)
+        state = self._pods.get(pod_id(new))
         if state is not None and not state.assumed:
-            self._remove(new.key)
+            self._remove(pod_id(new))
 
     def remove_pod(self, pod: Pod) -> None:
         """The pod is gone: release it from wherever it is counted (assumed pods too)."""
-        self._remove(pod.key)
+        self._remove(pod_id(pod))
 
     def apply(self, change: Change) -> None:
         """Dispatch one observed change: "Node" and "Pod" changes; other kinds are ignored."""
@@ -146,45 +152,37 @@ class Cache:
         """Count ``pod`` (which carries the chosen ``node_name``) on its node before binding."""
         if not pod.assigned:
             raise CacheError(f"pod {pod.key} has no node name and cannot be assumed")
-        if pod.key in self._pods:
+        ident = pod_id(pod)
+        if ident in self._pods:
             raise CacheError(f"pod {pod.key} is in the cache already and cannot be assumed")
         state = _PodState(pod, assumed=True)
-        self._pods[pod.key] = state
-        self._assumed[pod.key] = state
+        self._pods[ident] = state
+        self._assumed[ident] = state
         self.snapshot.add_pod(pod.node_name, pod)
 
     def finish_binding(self, pod: Pod) -> None:
-        """The bind call for an assumed pod returned: its expiry countdown starts now."""
-        state = self._assumed.get(pod.key)
+        """The bind of an assumed pod succeeded: it stays counted until its add event (or its
+        delete) arrives, however late — there is no expiry."""
+        state = self._assumed.get(pod_id(pod))
         if state is not None:
             state.binding_finished = True
-            state.deadline = self._clock.now() + self._ttl
 
     def forget_pod(self, pod: Pod) -> bool:
         """Undo an assume (bind failed): release the pod's resources. False, and nothing
-        changes, when the pod is not assumed (already confirmed by its add event, or gone)."""
-        if pod.key not in self._assumed:
+        changes, when this pod (this UID) is not assumed (confirmed by its add event, gone, or
+        a re-created pod of the same name)."""
+        ident = pod_id(pod)
+        if ident not in self._assumed:
             return False
-        self._remove(pod.key)
+        self._remove(ident)
         return True
 
-    def is_assumed(self, key: str) -> bool:
-        return key in self._assumed
+    def is_assumed(self, pod: Pod) -> bool:
+        return pod_id(pod) in self._assumed
 
-    def cleanup_assumed_pods(self) -> list[Pod]:
-        """Remove and return the assumed pods whose binding finished more than ``ttl`` seconds
-        ago without their add event arriving."""
-        if self._ttl == 0 or not self._assumed:
-            return []
-        now = self._clock.now()
-        expired = [
-            state.pod
-            for state in self._assumed.values()
-            if state.deadline is not None and now > state.deadline
-        ]
-        for pod in expired:
-            self._remove(pod.key)
-        return expired
+    def assumed_pods(self) -> list[Pod]:
+        """The pods assumed and not yet confirmed or forgotten."""
+        return [state.pod for state in self._assumed.values()]
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -196,8 +194,9 @@ class Cache:
         """Pods counted on nodes: bound, binding and assumed."""
         return len(self._pods)
 
-    def get_pod(self, key: str) -> Pod | None:
-        state = self._pods.get(key)
+    def get_pod(self, pod: Pod) -> Pod | None:
+        """The cached record of this pod (same UID), or None."""
+        state = self._pods.get(pod_id(pod))
         return None if state is None else state.pod
 
     def pods_on(self, node_name: str) -> list[Pod]:
@@ -220,16 +219,16 @@ class Cache:
                     "live": info.node is not None,
                     "allocatable": info.allocatable,
                     "requested": dict(info.requested),
-                    "pods": sorted(info.pods),
+                    "pods": sorted(p.key for p in info.pods.values()),
                 }
             )
         assumed = {
-            key: {
+            state.pod.key: {
+                "uid": state.pod.uid,
                 "node": state.pod.node_name,
                 "binding_finished": state.binding_finished,
-                "deadline": state.deadline,
             }
-            for key, state in sorted(self._assumed.items())
+            for _, state in sorted(self._assumed.items())
         }
         return {"nodes": nodes, "pods": len(self._pods), "assumed": assumed}
 
@@ -239,13 +238,13 @@ class Cache:
         """Count ``pod`` instead of ``state.pod``, on ``pod``'s node."""
         old_node = state.pod.node_name
         if old_node != pod.node_name:
-            self.snapshot.remove_pod(old_node, pod.key)
+            self.snapshot.remove_pod(old_node, pod_id(pod))
         self.snapshot.add_pod(pod.node_name, pod)
         state.pod = pod
 
-    def _remove(self, key: str) -> None:
-        state = self._pods.pop(key, None)
+    def _remove(self, ident: str) -> None:
+        state = self._pods.pop(ident, None)
         if state is None:
             return
-        self._assumed.pop(key, None)
-        self.snapshot.remove_pod(state.pod.node_name, key)
+        self._assumed.pop(ident, None)
+        self.snapshot.remove_pod(state.pod.node_name, ident)

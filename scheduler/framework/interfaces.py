@@ -71,12 +71,23 @@ class ClusterClient(Protocol):
 
 
 class BindError(Exception):
-    """A bind failed. ``gone`` is True when the pod no longer exists or is bound elsewhere
-    (409/404): the pod is forgotten without a retry."""
+    """A bind failed, or may have. Exactly one of the flags may be set:
 
-    def __init__(self, message: str, *, gone: bool = False) -> None:
+    - ``gone``: the pod certainly no longer exists (404): forgotten without a retry;
+    - ``uncertain``: the write may have been applied (the answer was lost: timeout, reset
+      connection, 5xx; or 409, which is "already bound" or "re-created"): the scheduler reads
+      the pod back before it releases anything;
+    - ``fenced``: nothing was sent, because this replica no longer holds the leader lease;
+    - none: the write certainly was not applied (e.g. 403): reported, retried with backoff.
+    """
+
+    def __init__(
+        self, message: str, *, gone: bool = False, uncertain: bool = False, fenced: bool = False
+    ) -> None:
         super().__init__(message)
         self.gone = gone
+        self.uncertain = uncertain
+        self.fenced = fenced
 
 
 class Handle:

@@ -169,9 +169,10 @@ class Snapshot:
 
     def add_pod(self, node_name: str, pod: Pod) -> None:
         info = self._ensure(node_name)
-        if pod.key in info.pods:
-            self._subtract(info, info.pods[pod.key])
-        info.pods[pod.key] = pod
+        ident = pod.uid or pod.key  # the UID: a re-created pod of the same name is another pod
+        if ident in info.pods:
+            self._subtract(info, info.pods[ident])
+        info.pods[ident] = pod
         slot = info.slot
         for r, v in pod.requests.items():
             if v:
@@ -186,13 +187,14 @@ class Snapshot:
         info.generation += 1
         self.pod_generation += 1
 
-    def remove_pod(self, node_name: str, pod_key: str) -> Pod | None:
+    def remove_pod(self, node_name: str, pod_id: str) -> Pod | None:
+        """Remove the pod ``pod_id`` (its UID, or its key when it has none) from the node."""
         slot = self.index.get(node_name)
         if slot is None:
             return None
         info = self.infos[slot]
         assert info is not None
-        pod = info.pods.pop(pod_key, None)
+        pod = info.pods.pop(pod_id, None)
         if pod is None:
             return None
         self._subtract(info, pod)

@@ -9,10 +9,18 @@ plain binding); ``record_event`` goes to the aggregating ``EventRecorder``;
 
 Invariants:
 
-- A bind answered 404 or 409 (pod gone, recreated, or bound by someone else) raises
-  ``BindError(gone=True)``; every other failure ``BindError(gone=False)`` (the scheduler
-  requeues with backoff). The Binding names the pod's uid, so a recreated pod is never bound
-  by a decision taken for its predecessor.
+- Fencing: when a ``fence`` is given (the leader elector's "I still hold an unexpired
+  lease"), every bind write checks it *after* its rate-limiter wait and immediately before the
+  request; a closed fence raises ``BindError(fenced=True)`` and nothing is sent.
+- A bind answered 404 raises ``BindError(gone=True)``; 409 (already bound, or the uid
+  precondition failed), 5xx and transport failures (timeouts, resets: the answer is lost,
+  the write may have landed) raise ``BindError(uncertain=True)``, and the scheduler reads the
+  pod back (``lookup_pod``) before it releases anything; other answers (403, 400, 429) are
+  certain failures, reported and retried with backoff. The Binding names the pod's uid, so a
+  recreated pod is never bound by a decision taken for its predecessor.
+- The PodScheduled=False write is a patch conditional on the resourceVersion of the unbound
+  record it was checked against (a 409 drops it), so it never lands on a pod that was bound
+  meanwhile, however stale the informer.
 - The PodScheduled condition is written only when it differs (status, reason, message) from
   what the pod already shows, keeping ``lastTransitionTime`` when only the message changed,
   so an unschedulable pod retried every ten seconds costs no write when nothing changed.
@@ -22,7 +30,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -53,6 +61,7 @@ __all__ = [
     "PODS_PATH",
     "ClusterView",
     "KubeCluster",
+    "bind_permission_problem",
     "device_spec",
     "fetch_view",
     "node_spec",
@@ -122,6 +131,48 @@ def fetch_view(rest: RestClient) -> ClusterView:
     return ClusterView({n.name: n for n in nodes}, devices, pods)
 
 
+SSAR_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+
+
+def _bind_permissions(bind_mode: str) -> list[tuple[str, str, str]]:
+    """(verb, resource, subresource) a bind needs in ``bind_mode``."""
+    needed = [("create", "pods", "binding")]
+    if bind_mode == "patch":
+        needed.insert(0, ("patch", "pods", ""))
+    return needed
+
+
+def bind_permission_problem(rest: RestClient, bind_mode: str) -> str | None:
+    """One line naming the first permission a bind in ``bind_mode`` needs and this identity
+    lacks (asked with SelfSubjectAccessReviews, which every authenticated user may create);
+    None when all are granted. When the review itself cannot be made, the problem is
+    logged and None returned: a bind's own 403 is then reported and backed off."""
+    for verb, resource, sub in _bind_permissions(bind_mode):
+        attrs: dict[str, str] = {"verb": verb, "resource": resource, "group": ""}
+        if sub:
+            attrs["subresource"] = sub
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": attrs},
+        }
+        try:
+            doc = rest.request("POST", SSAR_PATH, body=review)
+        except KubeError as exc:
+            log.warning("cannot check bind permissions", error=str(exc))
+            return None
+        status = doc.get("status") or {}
+        if not status.get("allowed"):
+            what = f"{resource}/{sub}" if sub else resource
+            hint = (
+                "grant it (see config/scheduler/rbac.yaml) or use --bind-mode binding"
+                if bind_mode == "patch"
+                else "apply config/scheduler/rbac.yaml"
+            )
+            return f"--bind-mode {bind_mode} needs permission to {verb} {what}; {hint}"
+    return None
+
+
 def _pod_path(pod: Pod) -> str:
     return f"/api/v1/namespaces/{path_segment(pod.namespace)}/pods/{path_segment(pod.name)}"
 
@@ -136,10 +187,14 @@ class KubeCluster:
         *,
         bind_mode: str = "binding",
         informers: tuple[Informer, Informer, Informer] | None = None,
+        fence: Callable[[], bool] | None = None,
     ) -> None:
         if bind_mode not in BIND_MODES:
             raise ValueError(f"bind_mode must be one of {BIND_MODES}, got {bind_mode!r}")
         self.rest = rest
+        self._unlimited = rest.with_limiter(None)
+        self.fence = fence
+        """Checked immediately before each bind write; None: no leader election."""
         self.recorder = recorder
         self.bind_mode = bind_mode
         if informers is None:
@@ -200,7 +255,9 @@ class KubeCluster:
                 patch: dict[str, Any] = {"metadata": {"annotations": dict(annotations)}}
                 if pod.uid:
                     patch["metadata"]["uid"] = pod.uid
-                self.rest.request("PATCH", _pod_path(pod), body=patch, content_type=MERGE_PATCH)
+                self._fenced_write(
+                    pod, "PATCH", _pod_path(pod), body=patch, content_type=MERGE_PATCH
+                )
             elif annotations:
                 meta["annotations"] = dict(annotations)
             binding = {
@@ -209,20 +266,49 @@ class KubeCluster:
                 "metadata": meta,
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node_name},
             }
-            self.rest.request("POST", _pod_path(pod) + "/binding", body=binding)
+            self._fenced_write(pod, "POST", _pod_path(pod) + "/binding", body=binding)
+        except BindError:
+            self.bind_failures += 1
+            raise
         except ApiError as exc:
             self.bind_failures += 1
-            gone = exc.status in (404, 409)
+            gone = exc.status == 404
+            uncertain = exc.status == 409 or exc.status >= 500
             log.info(
                 "bind failed", pod=pod.key, node=node_name, status=exc.status, error=exc.message
             )
-            raise BindError(f"binding {pod.key} to {node_name}: {exc}", gone=gone) from exc
-        except KubeError as exc:
+            raise BindError(
+                f"binding {pod.key} to {node_name}: {exc}", gone=gone, uncertain=uncertain
+            ) from exc
+        except KubeError as exc:  # no answer: the write may or may not have landed
             self.bind_failures += 1
             log.info("bind failed", pod=pod.key, node=node_name, error=str(exc))
-            raise BindError(f"binding {pod.key} to {node_name}: {exc}") from exc
+            raise BindError(f"binding {pod.key} to {node_name}: {exc}", uncertain=True) from exc
         self.binds += 1
         log.info("bound", pod=pod.key, node=node_name)
+
+    def _fenced_write(self, pod: Pod, method: str, path: str, **kwargs: Any) -> None:
+        """One bind write: wait for the rate limiter, *then* check the fence, then send."""
+        limiter = self.rest.limiter
+        if limiter is not None:
+            limiter.acquire()
+        if self.fence is not None and not self.fence():
+            log.warning("bind not sent: leader lease lost", pod=pod.key)
+            raise BindError(
+                f"binding {pod.key}: not sent, this replica no longer holds the leader lease",
+                fenced=True,
+            )
+        self._unlimited.request(method, path, **kwargs)
+
+    def lookup_pod(self, pod: Pod) -> Pod | None:
+        """GET the pod from the API server (not the cache); None on 404."""
+        try:
+            doc = self.rest.request("GET", _pod_path(pod))
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return decode_pod(doc)
 
     def record_event(self, pod: Pod, event_type: str, reason: str, message: str) -> None:
         if self.recorder is not None:
@@ -253,15 +339,21 @@ class KubeCluster:
             "lastProbeTime": None,
             "lastTransitionTime": transition,
         }
+        # Conditional on the version checked unbound above: if anything (a binding above all)
+        # changed the pod since, the API server answers 409 and the stale report is dropped.
+        body: dict[str, Any] = {"status": {"conditions": [condition]}}
+        if current.resource_version:
+            body["metadata"] = {"resourceVersion": current.resource_version}
         try:
             self.rest.request(
                 "PATCH",
                 _pod_path(pod) + "/status",
-                body={"status": {"conditions": [condition]}},
+                body=body,
                 content_type=STRATEGIC_MERGE_PATCH,
             )
         except ApiError as exc:
-            if exc.status == 404:
+            if exc.status in (404, 409):
+                log.debug("stale PodScheduled condition dropped", pod=pod.key, status=exc.status)
                 return
             raise
 

@@ -10,10 +10,17 @@ retries every ``retry_period`` (jittered while standing by).
 Invariants:
 
 - ``leading`` is true only while the last successful renewal is younger than
-  ``renew_deadline`` on our monotonic clock, checked at every read: a leader whose API
-  calls hang stops scheduling at the deadline even before its thread notices. Since
-  ``renew_deadline < lease_duration`` and a rival counts the lease duration from when it saw
-  our last renewal, the two never both believe they lead (clock rates assumed sane).
+  ``renew_deadline`` on our monotonic clock, counted from *before* the renewal's GET (the
+  earliest moment the write can have happened), checked at every read: a leader whose API
+  calls hang stops scheduling at the deadline even before its thread notices.
+- A rival's record is dated when our GET *returned* (``observedTime``), never when it was
+  sent: the write we see happened before the answer arrived, however slow the call. So for
+  a leader renewing at ``r`` (start of its attempt) and a standby whose GET returned at
+  ``o >= r``, the leader believes it leads until ``r + renew_deadline`` and the standby may
+  take over from ``o + lease_duration > r + renew_deadline``: the two never both believe they
+  lead, however long the Lease calls take (clock rates assumed sane). Dating the observation
+  from before the GET breaks this as soon as a GET takes longer than
+  ``lease_duration - renew_deadline``.
 - ``standby_healthy`` is true while the Lease could be read within the last lease duration.
 - ``stop(release=True)`` gives the Lease up (empty holder, 1 s duration) when we hold it, so a
   rolling restart hands over at once instead of after a lease duration.
@@ -224,7 +231,11 @@ class LeaderElector:
         except KubeError as exc:
             log.debug("lease read failed", error=str(exc))
             return False
-        self._last_read_at = now
+        # The observation is dated when the GET *returned* (client-go's observedTime): the
+        # record may have been written at any moment during the call, so only the end of the
+        # call is a time at which we know it had been written already.
+        observed = self._clock()
+        self._last_read_at = observed
         if got is None:
             try:
                 rv = self.store.create(mine)
@@ -236,11 +247,11 @@ class LeaderElector:
             return True
         current, rv = got
         if current != self._observed:
-            self._observe(current, rv, now)
+            self._observe(current, rv, observed)
         self._observed_rv = rv
         held_by_other = bool(current.holder) and current.holder != self.identity
         duration = current.lease_duration or self.lease_duration
-        if held_by_other and self._observed_at + duration > now:
+        if held_by_other and self._observed_at + duration > self._clock():
             return False
         if current.holder == self.identity:
             mine = replace(

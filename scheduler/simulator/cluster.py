@@ -73,9 +73,9 @@ class InMemoryCluster:
             if current is None or current.uid != pod.uid:
                 raise BindError(f"pods {pod.name!r} not found", gone=True)
             if current.node_name:
-                raise BindError(
+                raise BindError(  # the API server's 409: the scheduler reads the pod back
                     f"pod {pod.key} is already assigned to node {current.node_name!r}",
-                    gone=True,
+                    uncertain=True,
                 )
             raw = copy.deepcopy(dict(current.raw))
             meta = raw.setdefault("metadata", {})
@@ -87,6 +87,10 @@ class InMemoryCluster:
             self.binds += 1
             self._store_pod(raw)
 
+    def lookup_pod(self, pod: Pod) -> Pod | None:
+        with self._lock:
+            return self.pods.get(pod.key)
+
     def record_event(self, pod: Pod, event_type: str, reason: str, message: str) -> None:
         with self._lock:
             self.events.append(RecordedEvent(pod.key, event_type, reason, message))
@@ -94,8 +98,8 @@ class InMemoryCluster:
     def set_pod_scheduled_condition(self, pod: Pod, status: str, reason: str, message: str) -> None:
         with self._lock:
             current = self.pods.get(pod.key)
-            if current is None:
-                return
+            if current is None or current.uid != pod.uid or current.node_name:
+                return  # gone, re-created or bound meanwhile: like the API server's 409
             raw = copy.deepcopy(dict(current.raw))
             st = raw.setdefault("status", {})
             conditions = [c for c in st.get("conditions") or [] if c.get("type") != "PodScheduled"]

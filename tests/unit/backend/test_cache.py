@@ -1,4 +1,4 @@
-"""Tests for scheduler.backend.cache: assume/confirm/forget/expire, events, snapshot columns."""
+"""Tests for scheduler.backend.cache: assume/confirm/forget (no expiry), UIDs, events, columns."""
 
 from __future__ import annotations
 
@@ -61,9 +61,9 @@ def pod_count(cache: Cache, node: str) -> int:
     return int(cache.snapshot.pod_count[cache.snapshot.index[node]])
 
 
-def new_cache(*nodes: str, ttl: float = 30.0) -> tuple[Cache, FakeClock]:
+def new_cache(*nodes: str) -> tuple[Cache, FakeClock]:
     clock = FakeClock()
-    cache = Cache(clock, ttl=ttl)
+    cache = Cache(clock)
     for name in nodes:
         cache.add_node(make_node(name))
     return cache, clock
@@ -81,7 +81,8 @@ def assert_snapshot_matches(cache: Cache, nodes: dict[str, Node], pods: dict[str
         on_node = [p for p in pods.values() if p.node_name == name]
         assert bool(snap.live[slot]) == (name in nodes)
         assert int(snap.pod_count[slot]) == len(on_node)
-        assert sorted(cache.snapshot.info(slot).pods) == sorted(p.key for p in on_node)
+        counted = cache.snapshot.info(slot).pods.values()
+        assert sorted(p.key for p in counted) == sorted(p.key for p in on_node)
         assert int(snap.non_zero_cpu[slot]) == sum(p.non_zero_request(CPU) for p in on_node)
         assert int(snap.non_zero_memory[slot]) == sum(p.non_zero_request(MEMORY) for p in on_node)
         alloc = nodes[name].allocatable if name in nodes else {}
@@ -104,14 +105,14 @@ def test_assume_then_confirm_counts_once() -> None:
     cache, _ = new_cache("n1")
     pod = make_pod("a", cpu="2")
     cache.assume_pod(on(pod, "n1"))
-    assert cache.is_assumed(pod.key)
+    assert cache.is_assumed(pod)
     assert requested(cache, "n1") == 2000
     cache.finish_binding(on(pod, "n1"))
     bound = make_pod("a", node="n1", cpu="2")
     cache.apply(Change("Pod", pod, bound))  # the update that shows the binding
-    assert not cache.is_assumed(pod.key)
+    assert not cache.is_assumed(pod)
     assert (requested(cache, "n1"), pod_count(cache, "n1")) == (2000, 1)
-    assert cache.get_pod(pod.key) is bound
+    assert cache.get_pod(pod) is bound
     assert_snapshot_matches(cache, {"n1": make_node("n1")}, {pod.key: bound})
 
 
@@ -126,7 +127,7 @@ def test_assume_then_forget_releases() -> None:
         0,
         0,
     )
-    assert not cache.is_assumed(pod.key) and cache.get_pod(pod.key) is None
+    assert not cache.is_assumed(pod) and cache.get_pod(pod) is None
     assert not cache.forget_pod(pod)  # nothing left to forget
 
 
@@ -147,7 +148,7 @@ def test_assumed_on_a_confirmed_on_b_moves() -> None:
     assert (requested(cache, "a"), pod_count(cache, "a")) == (0, 0)
     assert (requested(cache, "b"), pod_count(cache, "b")) == (3000, 1)
     assert [p.key for p in cache.pods_on("b")] == [pod.key] and cache.pods_on("a") == []
-    assert not cache.is_assumed(pod.key)
+    assert not cache.is_assumed(pod)
 
 
 @pytest.mark.parametrize(
@@ -169,54 +170,66 @@ def test_assume_errors(pod: Pod, match: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("finish", "elapsed", "expired"),
+    "finish",
     [
-        pytest.param(True, 29.0, False, id="before-ttl"),
-        pytest.param(True, 30.0, False, id="at-ttl"),
-        pytest.param(True, 30.5, True, id="after-ttl"),
-        pytest.param(False, 10_000.0, False, id="binding-not-finished-never-expires"),
+        pytest.param(True, id="bind-succeeded-event-late"),
+        pytest.param(False, id="bind-still-in-flight"),
     ],
 )
-def test_assumed_pod_expiry(finish: bool, elapsed: float, expired: bool) -> None:
+def test_an_assumed_pod_never_expires(finish: bool) -> None:
+    """kubernetes#106361: only the bind outcome or the informer ends an assumption."""
     cache, clock = new_cache("n1")
     pod = on(make_pod("a", cpu="2"), "n1")
     cache.assume_pod(pod)
-    clock.advance(5)
     if finish:
         cache.finish_binding(pod)
-    clock.advance(elapsed)
-    assert cache.cleanup_assumed_pods() == ([pod] if expired else [])
-    assert cache.is_assumed(pod.key) is not expired
-    assert requested(cache, "n1") == (0 if expired else 2000)
+    clock.advance(10_000)
+    assert cache.is_assumed(pod)
+    assert cache.assumed_pods() == [pod]
+    assert requested(cache, "n1") == 2000
+    cache.add_pod(pod)  # the add event, however late, confirms it: counted once
+    assert not cache.is_assumed(pod) and pod_count(cache, "n1") == 1
 
 
-def test_confirmed_pod_never_expires_and_ttl_zero_never_expires() -> None:
-    cache, clock = new_cache("n1")
-    pod = on(make_pod("a"), "n1")
+def test_an_assumed_pod_leaves_with_its_delete_event() -> None:
+    cache, _ = new_cache("n1")
+    pod = on(make_pod("a", cpu="2"), "n1")
     cache.assume_pod(pod)
     cache.finish_binding(pod)
-    cache.add_pod(pod)
-    clock.advance(3600)
-    assert cache.cleanup_assumed_pods() == []
-    assert cache.get_pod(pod.key) is pod
-
-    cache, clock = new_cache("n1", ttl=0)
-    cache.assume_pod(pod)
-    cache.finish_binding(pod)
-    clock.advance(3600)
-    assert cache.cleanup_assumed_pods() == []
-    assert cache.is_assumed(pod.key)
+    cache.apply(Change("Pod", pod, None))
+    assert not cache.is_assumed(pod) and requested(cache, "n1") == 0
 
 
-def test_expired_pod_comes_back_with_its_add_event() -> None:
-    cache, clock = new_cache("n1")
-    pod = on(make_pod("a"), "n1")
-    cache.assume_pod(pod)
-    cache.finish_binding(pod)
-    clock.advance(31)
-    assert cache.cleanup_assumed_pods() == [pod]
-    cache.add_pod(pod)
-    assert pod_count(cache, "n1") == 1 and not cache.is_assumed(pod.key)
+# ---------------------------------------------------------------------------------------------
+# identity is the UID
+
+
+def test_a_recreated_pod_is_another_pod() -> None:
+    """uid-1 is assumed on n1 (its bind in flight); the pod is deleted and re-created under
+    the same name (uid-2) and assumed on n2. Both count until uid-1's bind outcome; forgetting
+    uid-1 never touches uid-2."""
+    cache, _ = new_cache("n1", "n2")
+    old = on(make_pod("a", cpu="2", uid="uid-1"), "n1")
+    new = on(make_pod("a", cpu="3", uid="uid-2"), "n2")
+    cache.assume_pod(old)
+    assert cache.get_pod(make_pod("a", uid="uid-2")) is None  # not "already assumed"
+    cache.assume_pod(new)
+    assert (requested(cache, "n1"), requested(cache, "n2")) == (2000, 3000)
+    assert cache.forget_pod(old)
+    assert not cache.forget_pod(dataclasses.replace(old, node_name="n2"))  # uid-1 is gone
+    assert cache.is_assumed(new) and (requested(cache, "n1"), requested(cache, "n2")) == (0, 3000)
+
+
+def test_a_recreated_pod_on_the_same_node_counts_apart() -> None:
+    cache, _ = new_cache("n1")
+    old = on(make_pod("a", cpu="2", uid="uid-1"), "n1")
+    new = on(make_pod("a", cpu="3", uid="uid-2"), "n1")
+    cache.assume_pod(old)
+    cache.assume_pod(new)
+    assert (requested(cache, "n1"), pod_count(cache, "n1")) == (5000, 2)
+    cache.remove_pod(old)  # uid-1's delete event
+    assert (requested(cache, "n1"), pod_count(cache, "n1")) == (3000, 1)
+    assert cache.get_pod(new) is new
 
 
 # ---------------------------------------------------------------------------------------------
@@ -272,7 +285,7 @@ def test_unassigned_update_leaves_assumed_pod_alone() -> None:
     meta = {**pending.raw["metadata"], "labels": {"x": "y"}}
     relabelled = decode_pod({**pending.raw, "metadata": meta})
     cache.update_pod(pending, relabelled)
-    assert cache.is_assumed(pending.key) and pod_count(cache, "n1") == 1
+    assert cache.is_assumed(pending) and pod_count(cache, "n1") == 1
 
 
 def test_delete_of_assumed_pod_releases_it() -> None:
@@ -280,7 +293,7 @@ def test_delete_of_assumed_pod_releases_it() -> None:
     pending = make_pod("a")
     cache.assume_pod(on(pending, "n1"))
     cache.apply(Change("Pod", pending, None))  # the pod was deleted before the bind landed
-    assert not cache.is_assumed(pending.key) and pod_count(cache, "n1") == 0
+    assert not cache.is_assumed(pending) and pod_count(cache, "n1") == 0
     cache.remove_pod(pending)  # a second delete is harmless
 
 
@@ -351,12 +364,7 @@ def test_dump() -> None:
     dump = cache.dump()
     assert dump["pods"] == 2
     assert dump["nodes"][0]["name"] == "n1" and dump["nodes"][0]["pods"] == ["ns/a", "ns/b"]
-    assert dump["assumed"] == {"ns/b": {"node": "n1", "binding_finished": False, "deadline": None}}
-
-
-def test_constructor_validates() -> None:
-    with pytest.raises(ValueError, match="ttl"):
-        Cache(FakeClock(), ttl=-1)
+    assert dump["assumed"] == {"ns/b": {"uid": "uid-b", "node": "n1", "binding_finished": False}}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -392,10 +400,10 @@ _ops = st.lists(
 @settings(max_examples=200, deadline=None)
 @given(_ops)
 def test_snapshot_equals_recomputation(ops: list[tuple[str, int, int, int]]) -> None:
-    cache, clock = new_cache(ttl=10.0)
+    cache, clock = new_cache()
     nodes: dict[str, Node] = {}
     pods: dict[str, Pod] = {}  # what the cache should count: key -> record with node
-    assumed: dict[str, float | None] = {}  # key -> expiry deadline once binding finished
+    assumed: dict[str, bool] = {}  # key -> binding finished
 
     def pod(i: int, node: str, size: int) -> Pod:
         extra: dict[str, Any] = {GPU: str(size)} if size % 2 else {}
@@ -425,10 +433,10 @@ def test_snapshot_equals_recomputation(ops: list[tuple[str, int, int, int]]) -> 
         elif op == "assume" and key not in pods:
             pods[key] = pod(i, node, size)
             cache.assume_pod(pods[key])
-            assumed[key] = None
+            assumed[key] = False
         elif op == "finish_binding" and key in assumed:
             cache.finish_binding(pods[key])
-            assumed[key] = clock.now() + 10.0
+            assumed[key] = True
         elif op == "forget":
             assert cache.forget_pod(make_pod(f"p{i}")) == (key in assumed)
             if assumed.pop(key, "absent") != "absent":
@@ -439,10 +447,6 @@ def test_snapshot_equals_recomputation(ops: list[tuple[str, int, int, int]]) -> 
             pods[key] = new
             del assumed[key]
         elif op == "tick":
-            clock.advance(size * 3)
-            gone = {k for k, d in assumed.items() if d is not None and clock.now() > d}
-            assert {p.key for p in cache.cleanup_assumed_pods()} == gone
-            for k in gone:
-                del assumed[k], pods[k]
-        assert {k for k in pods if cache.is_assumed(k)} == set(assumed)
+            clock.advance(size * 30)  # time alone never ends an assumption
+        assert {k for k, p in pods.items() if cache.is_assumed(p)} == set(assumed)
         assert_snapshot_matches(cache, nodes, pods)

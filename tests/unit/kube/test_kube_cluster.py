@@ -16,6 +16,7 @@ from scheduler.kube.cluster import (
     NODES_PATH,
     PODS_PATH,
     KubeCluster,
+    bind_permission_problem,
     device_spec,
     fetch_view,
     node_spec,
@@ -116,24 +117,122 @@ def test_patch_mode_patches_the_annotation_then_binds(transport: FakeTransport) 
 
 
 @pytest.mark.parametrize(
-    ("answer", "gone"),
+    ("answer", "gone", "uncertain"),
     [
-        (status_response(409, "Conflict", "pod p is already assigned to node n2"), True),
-        (status_response(404, "NotFound", 'pods "p" not found'), True),
-        (status_response(500, "InternalError", "etcd timeout"), False),
-        (status_response(429, "TooManyRequests", "slow down"), False),
-        (status_response(403, "Forbidden", "no"), False),
-        (TransportError("connection refused"), False),
+        (status_response(409, "Conflict", "pod p is already assigned to node n2"), False, True),
+        (status_response(404, "NotFound", 'pods "p" not found'), True, False),
+        (status_response(500, "InternalError", "etcd timeout"), False, True),
+        (status_response(429, "TooManyRequests", "slow down"), False, False),
+        (status_response(403, "Forbidden", "no"), False, False),
+        (TransportError("read timed out"), False, True),
     ],
     ids=["409", "404", "500", "429", "403", "transport"],
 )
-def test_bind_failures(transport: FakeTransport, answer: Any, gone: bool) -> None:
+def test_bind_failures(transport: FakeTransport, answer: Any, gone: bool, uncertain: bool) -> None:
+    """404 is certain (gone); 409, 5xx and a lost answer may hide an applied write: the
+    scheduler reads the pod back; 403/429 certainly did nothing: reported, backed off."""
     transport.on("POST", f"{POD_PATH}/binding", answer)
     cluster = make_cluster(transport)
     with pytest.raises(BindError) as exc:
         cluster.bind(pod(), "n1", {})
-    assert exc.value.gone is gone
+    assert (exc.value.gone, exc.value.uncertain, exc.value.fenced) == (gone, uncertain, False)
     assert "ns/p" in str(exc.value)
+
+
+class FenceFlippingLimiter:
+    """A rate limiter whose wait outlasts the lease: the fence closes while we queue."""
+
+    def __init__(self, fence: list[bool]) -> None:
+        self.fence = fence
+        self.acquired = 0
+
+    def acquire(self) -> None:
+        self.acquired += 1
+        self.fence[0] = False
+
+
+@pytest.mark.parametrize("bind_mode", ["binding", "patch"])
+def test_a_closed_fence_sends_nothing(transport: FakeTransport, bind_mode: str) -> None:
+    """The fence is checked after the rate limiter's wait, immediately before the write."""
+    fence = [True]
+    limiter = FenceFlippingLimiter(fence)
+    rest = RestClient(transport, limiter=limiter)  # type: ignore[arg-type]
+    cluster = KubeCluster(rest, None, bind_mode=bind_mode, fence=lambda: fence[0])
+    with pytest.raises(BindError) as exc:
+        cluster.bind(pod(), "n1", {"a": "b"})
+    assert exc.value.fenced and not exc.value.uncertain
+    assert limiter.acquired == 1
+    assert not [r for r in transport.requests if r.method in ("POST", "PATCH")]
+
+
+def test_an_open_fence_lets_the_bind_through(transport: FakeTransport) -> None:
+    transport.on("POST", f"{POD_PATH}/binding", json_response({}, 201))
+    cluster = KubeCluster(RestClient(transport), None, fence=lambda: True)
+    cluster.bind(pod(), "n1", {})
+    assert len(transport.sent("POST", f"{POD_PATH}/binding")) == 1
+
+
+def test_lookup_pod_reads_the_api_server(transport: FakeTransport) -> None:
+    transport.on("GET", POD_PATH, json_response(raw_pod(node="n1")))
+    transport.on("GET", POD_PATH, status_response(404, "NotFound", "gone"))
+    cluster = make_cluster(transport)
+    found = cluster.lookup_pod(pod())
+    assert found is not None and (found.uid, found.node_name) == ("u1", "n1")
+    assert cluster.lookup_pod(pod()) is None
+
+
+SSAR = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+
+
+@pytest.mark.parametrize(
+    ("bind_mode", "answers", "problem"),
+    [
+        pytest.param(
+            "patch",
+            [{"status": {"allowed": False}}],
+            "--bind-mode patch needs permission to patch pods; grant it (see "
+            "config/scheduler/rbac.yaml) or use --bind-mode binding",
+            id="patch-without-patch",
+        ),
+        pytest.param(
+            "patch",
+            [{"status": {"allowed": True}}, {"status": {"allowed": True}}],
+            None,
+            id="patch-allowed",
+        ),
+        pytest.param(
+            "binding",
+            [{"status": {"allowed": False}}],
+            "--bind-mode binding needs permission to create pods/binding; apply "
+            "config/scheduler/rbac.yaml",
+            id="binding-without-binding",
+        ),
+        pytest.param("binding", [], None, id="review-unavailable-is-not-fatal"),
+    ],
+)
+def test_bind_permission_problem(
+    transport: FakeTransport, bind_mode: str, answers: list[Any], problem: str | None
+) -> None:
+    if answers:
+        transport.on("POST", SSAR, *[json_response(a, 201) for a in answers])
+    else:
+        transport.on("POST", SSAR, status_response(403, "Forbidden", "no reviews"))
+    assert bind_permission_problem(RestClient(transport), bind_mode) == problem
+    first = transport.sent("POST", SSAR)[0].body["spec"]["resourceAttributes"]
+    assert first["verb"] == ("patch" if bind_mode == "patch" else "create")
+
+
+def test_condition_patch_is_conditional_on_the_checked_version(
+    transport: FakeTransport, cluster: KubeCluster
+) -> None:
+    """The failure report carries the resourceVersion of the unbound record it was checked
+    against; a 409 (the pod changed — e.g. was bound — since) drops it without an error."""
+    transport.on(
+        "PATCH", f"{POD_PATH}/status", status_response(409, "Conflict", "object was modified")
+    )
+    cluster.set_pod_scheduled_condition(pod(), "False", "Unschedulable", "0/1 nodes")
+    (req,) = transport.sent("PATCH", f"{POD_PATH}/status")
+    assert req.body["metadata"] == {"resourceVersion": "3"}
 
 
 def test_condition_is_patched_once_per_change(

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scheduler.kube.leader import (
     KubeLeaseStore,
@@ -248,3 +251,95 @@ def test_kube_lease_store_speaks_the_lease_api() -> None:
     )
     got = KubeLeaseStore(RestClient(t2), "kube-system", "koord-scheduler", 5).get()
     assert got == (LeaseRecord("x", 4, "", "", 2), "9")
+
+
+class SlowLease:
+    """A per-replica view of one ``MemoryLease`` whose calls take time on the fake clock.
+
+    ``get`` advances the clock by ``before`` seconds, runs ``during`` (another replica's work
+    while this call is on the wire), reads the record, then advances by ``after``: the answer
+    shows a write made late in the call. Every clock move checks the safety property."""
+
+    def __init__(self, inner: MemoryLease, clock: FakeClock, check: Callable[[], None]) -> None:
+        self.inner, self.clock, self.check = inner, clock, check
+        self.before = self.after = 0.0
+        self.during: Callable[[], None] | None = None
+
+    def _advance(self, seconds: float) -> None:
+        self.check()
+        self.clock.advance(seconds)
+        self.check()
+
+    def get(self) -> tuple[LeaseRecord, str] | None:
+        self._advance(self.before)
+        if self.during is not None:
+            during, self.during = self.during, None
+            during()
+        got = self.inner.get()
+        self._advance(self.after)
+        return got
+
+    def create(self, record: LeaseRecord) -> str:
+        return self.inner.create(record)
+
+    def update(self, record: LeaseRecord, resource_version: str) -> str:
+        return self.inner.update(record, resource_version)
+
+
+def two_slow_replicas() -> tuple[FakeClock, list[SlowLease], list[LeaderElector]]:
+    clock, inner = FakeClock(), MemoryLease()
+    electors: list[LeaderElector] = []
+
+    def never_both() -> None:
+        assert not all(e.leading for e in electors), f"both lead at t={clock.now()}"
+
+    stores = [SlowLease(inner, clock, never_both) for _ in range(2)]
+    electors.extend(elector(s, clock, name) for s, name in zip(stores, "ab", strict=True))
+    return clock, stores, electors
+
+
+def test_a_standby_dates_its_observation_from_the_end_of_a_slow_get() -> None:
+    """b's GET takes 12 s (> renew deadline); a renews while it is on the wire. b must count
+    the lease duration from when its GET returned, else it takes over while a still leads."""
+    clock, stores, (a, b) = two_slow_replicas()
+    assert a.try_acquire_or_renew()
+    stores[1].before = 12.0
+    stores[1].during = a.try_acquire_or_renew  # a renews at t=12 while b's GET is in flight
+    assert not b.try_acquire_or_renew()
+    stores[1].before = 0.0
+    clock.set(16.0)  # past 0 + 15 (the old stamp), before 12 + 15 (the GET's return)
+    assert not b.try_acquire_or_renew()
+    assert a.leading  # renewed at 12: leads until 22
+    clock.set(27.5)
+    assert not a.leading
+    assert b.try_acquire_or_renew()
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 1),  # who tries
+            st.floats(0.0, 25.0),  # time on the wire before the server reads
+            st.floats(0.0, 25.0),  # time on the wire after (the answer's way back)
+            st.booleans(),  # does the other replica try meanwhile?
+            st.floats(0.0, 20.0),  # idle time after the attempt
+        ),
+        min_size=1,
+        max_size=25,
+    )
+)
+def test_two_replicas_never_both_lead_whatever_the_lease_latency(
+    steps: list[tuple[int, float, float, bool, float]],
+) -> None:
+    clock, stores, electors = two_slow_replicas()
+    for who, before, after, interleave, idle in steps:
+        other = 1 - who
+        stores[who].before, stores[who].after = before, after
+        if interleave:
+            stores[who].during = electors[other].try_acquire_or_renew
+        electors[who].try_acquire_or_renew()
+        stores[who].before = stores[who].after = 0.0
+        stores[who].check()
+        clock.advance(idle)
+        stores[who].check()

@@ -1,0 +1,277 @@
+"""The scheduler under faults: late watch events, lost bind answers, re-created pods, fencing.
+
+Each test drives ``tests.adversarial_cluster.AdversarialCluster``: the true state changes at
+once, the scheduler learns about it only when the test delivers the watch event.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from apis.resources import GPU_CORE, GPU_MEMORY_RATIO
+from scheduler.config import parse_config
+from scheduler.plugins.deviceshare import new_deviceshare
+from scheduler.plugins.registry import default_plugins, in_tree_registry
+from scheduler.scheduler import Scheduler
+from scheduler.simulator.cluster import InMemoryCluster
+from scheduler.simulator.run import SimulatedClock
+from tests.adversarial_cluster import AdversarialCluster, card_usage
+from tests.builders import make_node, make_pod
+
+OURS = "koord-scheduler"
+DS = "DeviceShare"
+CONFIG: dict[str, Any] = {
+    "apiVersion": "kubescheduler.config.k8s.io/v1",
+    "kind": "KubeSchedulerConfiguration",
+    "profiles": [
+        {
+            "schedulerName": OURS,
+            "plugins": {
+                ep: {"enabled": [{"name": DS}]}
+                for ep in ("preFilter", "filter", "preScore", "score", "reserve", "preBind")
+            },
+        }
+    ],
+}
+WHOLE_CARD = {GPU_CORE: "100", GPU_MEMORY_RATIO: "100"}
+
+
+class Attempts:
+    """A SchedulerObserver that records attempt results in order."""
+
+    def __init__(self) -> None:
+        self.results: list[str] = []
+        self.scheduled_pods = 0
+
+    def extension_point(self, profile: str, ep: str, status: str, seconds: float) -> None:
+        pass
+
+    def plugin(self, plugin: str, ep: str, status: str, seconds: float) -> None:
+        pass
+
+    def attempt(self, result: str, profile: str, seconds: float) -> None:
+        assert seconds >= 0
+        self.results.append(result)
+
+    def scheduled(self, attempts: int, sli_seconds: float) -> None:
+        self.scheduled_pods += 1
+
+
+def gpu_node_truth(nodes: int = 1, cards: int = 1) -> InMemoryCluster:
+    truth = InMemoryCluster()
+    for n in range(nodes):
+        name = f"g{n}"
+        truth.apply_node(
+            make_node(name).cpu("32").memory("64Gi").gpu_resources(cards, "16Gi").obj()
+        )
+        truth.apply_device(
+            {
+                "apiVersion": "scheduling.koordinator.sh/v1alpha1",
+                "kind": "Device",
+                "metadata": {"name": name},
+                "spec": {
+                    "devices": [
+                        {
+                            "type": "gpu",
+                            "id": f"GPU-{name}-{m}",
+                            "minor": m,
+                            "health": True,
+                            "resources": {
+                                GPU_CORE: "100",
+                                "koordinator.sh/gpu-memory": "16Gi",
+                                GPU_MEMORY_RATIO: "100",
+                            },
+                        }
+                        for m in range(cards)
+                    ]
+                },
+            }
+        )
+    return truth
+
+
+@contextmanager
+def scheduler_on(
+    adv: AdversarialCluster, clock: SimulatedClock | None = None, **kwargs: Any
+) -> Iterator[Scheduler]:
+    sched = Scheduler(
+        parse_config(CONFIG),
+        adv,
+        in_tree_registry() | {DS: new_deviceshare},
+        default_plugins(),
+        clock=clock or SimulatedClock(),
+        rng=random.Random(0),
+        **({"bind_workers": 1} | kwargs),
+    )
+    try:
+        yield sched
+    finally:
+        if adv.gate is not None:
+            adv.gate.set()
+        sched.close()
+
+
+def gpu_pod(name: str, uid: str = "") -> dict[str, Any]:
+    pod = make_pod(name).req(cpu="1").req(WHOLE_CARD).scheduler(OURS)
+    if uid:
+        pod.uid(uid)
+    return pod.obj()
+
+
+def assert_no_card_overcommitted(truth: InMemoryCluster) -> None:
+    over = {card: used for card, used in card_usage(truth).items() if max(used) > 100}
+    assert not over, f"over-committed cards (gpu-core, ratio): {over}"
+
+
+# -- finding 1: an assumed pod never expires ----------------------------------------------------
+
+
+def test_a_bound_pods_card_stays_reserved_while_its_watch_event_is_late() -> None:
+    """a's bind succeeds but its watch event is 60 s late; b wants the same (only) card. The
+    reservation of a bound pod is never released by a timer, so b must wait."""
+    truth, clock = gpu_node_truth(), SimulatedClock()
+    adv = AdversarialCluster(truth)
+    with scheduler_on(adv, clock) as sched:
+        truth.apply_pod(gpu_pod("a"))
+        adv.deliver_all()
+        sched.run_until_idle()
+        assert truth.pods["default/a"].node_name == "g0"
+        assert len(adv.pending) == 1  # a's bound update, not delivered
+        clock.advance(60)
+        truth.apply_pod(gpu_pod("b"))
+        adv.deliver(1)  # b's add overtakes a's update (another object: allowed)
+        sched.run_until_idle()
+        assert truth.pods["default/b"].node_name == ""
+        assert_no_card_overcommitted(truth)
+        adv.deliver_all()  # a's event arrives at last: counted once, b still waits
+        clock.advance(60)
+        sched.run_until_idle()
+    assert truth.pods["default/b"].node_name == ""
+    assert_no_card_overcommitted(truth)
+
+
+# -- uncertain bind answers are read back --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("answer", "binds", "results"),
+    [
+        pytest.param("lost", 1, ["scheduled"], id="timed-out-but-applied-is-bound"),
+        pytest.param("409", 2, ["error", "scheduled"], id="409-not-applied-is-retried"),
+        pytest.param("500", 2, ["error", "scheduled"], id="500-is-retried-after-backoff"),
+    ],
+)
+def test_a_bind_answer_is_resolved_against_the_truth(
+    answer: str, binds: int, results: list[str]
+) -> None:
+    truth, clock = gpu_node_truth(), SimulatedClock()
+    adv = AdversarialCluster(truth)
+    attempts = Attempts()
+    with scheduler_on(adv, clock, observer=attempts) as sched:
+        adv.bind_plan.append(answer)
+        truth.apply_pod(gpu_pod("a"))
+        adv.deliver_all()
+        sched.run_until_idle()
+        truth.apply_pod(gpu_pod("b"))  # wants the same card while a's event is late
+        adv.deliver(len(adv.pending) - 1)
+        clock.advance(2)  # past a's first backoff
+        sched.run_until_idle()
+        adv.deliver_all()
+        sched.run_until_idle()
+    assert truth.pods["default/a"].node_name == "g0"
+    assert truth.pods["default/b"].node_name == ""
+    assert_no_card_overcommitted(truth)
+    assert adv.bind_calls == binds
+    assert [r for r in attempts.results if r != "unschedulable"] == results
+    assert attempts.scheduled_pods == 1
+
+
+# -- finding 6: attempts are counted as kube-scheduler counts them -------------------------------
+
+
+def test_scheduled_is_counted_after_the_bind_and_a_failed_bind_is_an_error() -> None:
+    truth = gpu_node_truth()
+    adv = AdversarialCluster(truth)
+    attempts = Attempts()
+    adv.gate = threading.Event()
+    with scheduler_on(adv, observer=attempts) as sched:
+        truth.apply_pod(gpu_pod("a"))
+        adv.deliver_all()
+        assert sched.schedule_one()
+        assert attempts.results == []  # assumed, bind on the wire: not "scheduled" yet
+        adv.gate.set()
+        sched.run_until_idle()
+    assert attempts.results == ["scheduled"]
+
+
+# -- finding 4: identity is the UID ---------------------------------------------------------------
+
+
+def test_a_pod_recreated_while_its_old_bind_is_in_flight_is_scheduled() -> None:
+    """uid-1's bind is on the wire; the pod is deleted and re-created (uid-2), both events
+    arrive; uid-1's bind then fails ("gone"). uid-2 must be scheduled, not dropped as
+    "already assumed", and uid-1's outcome must not forget it."""
+    truth = gpu_node_truth(cards=2)
+    adv = AdversarialCluster(truth)
+    adv.gate = threading.Event()
+    with scheduler_on(adv) as sched:
+        truth.apply_pod(gpu_pod("web-0", uid="uid-1"))
+        adv.deliver_all()
+        assert sched.schedule_one()  # uid-1 assumed, its bind blocked on the gate
+        truth.delete_pod("default/web-0")
+        truth.apply_pod(gpu_pod("web-0", uid="uid-2"))
+        adv.deliver_all()
+        sched.schedule_one()  # uid-2: must be scheduled
+        adv.gate.set()
+        sched.run_until_idle()
+        adv.deliver_all()
+        sched.run_until_idle()
+        pod = truth.pods["default/web-0"]
+        assert (pod.uid, pod.node_name) == ("uid-2", "g0")
+        assert sched.cache.pod_count() == 1
+    assert_no_card_overcommitted(truth)
+
+
+# -- finding 2: fencing and the bounded bind queue -----------------------------------------------
+
+
+def test_binds_in_flight_are_bounded() -> None:
+    truth = gpu_node_truth(nodes=4, cards=2)
+    adv = AdversarialCluster(truth)
+    adv.gate = threading.Event()
+    with scheduler_on(adv, max_in_flight=3) as sched:
+        for i in range(6):
+            truth.apply_pod(gpu_pod(f"p{i}"))
+        adv.deliver_all()
+        scheduled = 0
+        while sched.schedule_one():
+            scheduled += 1
+        assert scheduled == 3  # the fourth waits until a bind comes back
+        adv.gate.set()
+        sched.run_until_idle()
+    assert sum(1 for p in truth.pods.values() if p.node_name) == 6
+
+
+def test_after_stop_binding_no_bind_is_sent_and_reservations_are_released() -> None:
+    truth = gpu_node_truth(nodes=1, cards=2)
+    adv = AdversarialCluster(truth)
+    adv.gate = threading.Event()
+    with scheduler_on(adv) as sched:
+        for i in range(2):
+            truth.apply_pod(gpu_pod(f"p{i}"))
+        adv.deliver_all()
+        assert sched.schedule_one() and sched.schedule_one()  # p0 on the wire, p1 queued
+        assert not sched.stop_binding(timeout=0.05)  # p0 is still on the wire
+        assert not sched.schedule_one()  # no new cycle once stopping
+        adv.gate.set()
+        assert sched.stop_binding(timeout=30)
+        sched.drain()
+        assert adv.bind_calls == 1  # p1's bind was never sent
+        assert sched.cache.pod_count() == 1  # p1 forgotten, its card released
+        assert sched.queue.pending_counts()["backoff"] == 1
