@@ -43,9 +43,9 @@ PODS = int(os.environ.get("CHAOS_PODS", "2000"))
 LEASE_S, RENEW_S, RETRY_S = 10, 7, 2
 WATCH_STALL_S = 50.0  # > 30 s: well past the old assumed-pod TTL
 BURST = 120  # pods created at once before a process fault: binding cycles in flight
+GRACE_S = 30.0  # kubelet's default terminationGracePeriodSeconds
 # kube-scheduler's client defaults (--kube-api-qps 50, --kube-api-burst 100): a burst of pods
 # queues binds behind the client's rate limiter, as on a busy cluster.
-GRACE_S = 30.0  # kubelet's default terminationGracePeriodSeconds
 REPLICA_ARGS = ("--kube-api-qps=50", "--kube-api-burst=100")
 SETTLE_TIMEOUT_S = float(os.environ.get("CHAOS_SETTLE_S", "420"))
 NS = "chaos"
@@ -315,18 +315,10 @@ def report(request: pytest.FixtureRequest) -> Iterator[Callable[[str], None]]:
 
     def say(line: str) -> None:
         lines.append(line)
-        with capman.global_and_fixture_disabled() if capman else _null():
+        with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
             print(f"[chaos] {line}", flush=True)
 
     yield say
-
-
-class _null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def test_chaos(chaos_apiserver: Any, tmp_path: Path, report: Callable[[str], None]) -> None:
