@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: all demo test test-unit bench bench-b2 bench-b4 lint proto kube-apiserver image clean
+.PHONY: all demo test test-unit bench bench-b2 bench-b4 lint proto kube-apiserver image clean chaos
 
 all: test
 
@@ -25,6 +25,11 @@ test: $(STAMP)
 ## test-unit: the fast tiers only (no kube-apiserver)
 test-unit: $(STAMP)
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+## chaos: the chaos tier (B5) with a longer fault schedule; CHAOS_SEED=N replays a schedule
+CHAOS_MINUTES ?= 30
+chaos: $(STAMP)
+	CHAOS_MINUTES=$(CHAOS_MINUTES) $(BIN)/pytest tests/e2e/chaos/test_chaos.py $(PYTEST_ARGS)
 
 ## bench: benchmark B1 (in-process scheduling throughput)
 bench: $(STAMP)

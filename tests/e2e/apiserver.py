@@ -18,6 +18,11 @@ Authentication is a static token file: ``admin_token`` (user ``koord-admin``, gr
 ``system:masters``), ``user_token`` (user ``koord-user``, no groups: for RBAC tests) and any
 ``extra_users`` given to the constructor (``token_for(name)``; a name like
 ``system:serviceaccount:<ns>:<sa>`` is matched by RBAC ServiceAccount subjects).
+
+Auditing (the chaos tier): ``audit_policy=`` (an ``audit.k8s.io/v1`` Policy as a dict) runs the
+API server with ``--audit-policy-file`` and a JSON-lines ``--audit-log-path``; the log survives
+``restart_apiserver()`` (appended) and ``audit_events()`` reads it back. ``kubeconfig_path(token,
+server=...)`` points a kubeconfig at another address, e.g. a fault proxy in front of the server.
 """
 
 from __future__ import annotations
@@ -165,6 +170,7 @@ class ApiServer:
         extra_args: Iterable[str] = (),
         startup_timeout: float = 60.0,
         keep_dir: bool | None = None,
+        audit_policy: Mapping[str, Any] | None = None,
     ) -> None:
         if authorization_mode not in ("AlwaysAllow", "RBAC"):
             raise ValueError(
@@ -174,6 +180,7 @@ class ApiServer:
         self.etcd_bin = str(etcd_bin)
         self.authorization_mode = authorization_mode
         self.extra_args = list(extra_args)
+        self.audit_policy = dict(audit_policy) if audit_policy is not None else None
         self.startup_timeout = startup_timeout
         self.keep_dir = (
             keep_dir if keep_dir is not None else os.environ.get("KOORD_E2E_KEEP_DIR") == "1"
@@ -216,6 +223,24 @@ class ApiServer:
     @property
     def apiserver_log(self) -> Path:
         return self._dir / "kube-apiserver.log"
+
+    @property
+    def audit_log(self) -> Path:
+        return self._dir / "audit.log"
+
+    def audit_events(self) -> list[dict[str, Any]]:
+        """The audit log's events, in file order (a torn last line is skipped)."""
+        out: list[dict[str, Any]] = []
+        try:
+            text = self.audit_log.read_text()
+        except FileNotFoundError:
+            return out
+        for line in text.splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
 
     @property
     def _dir(self) -> Path:
@@ -296,6 +321,7 @@ class ApiServer:
                 "--allow-privileged=true",
                 "--logtostderr=true",
                 "--v=1",
+                *self._audit_args(),
                 *self.extra_args,
             ]
             self._apiserver = self._spawn(args, self.apiserver_log)
@@ -313,11 +339,13 @@ class ApiServer:
         self.stop()
 
     # ------------------------------------------------------------------ clients
-    def kubeconfig_path(self, token: str | None = None) -> str:
-        """Write (once per token) a kubeconfig for ``token`` (default: admin); return its path."""
+    def kubeconfig_path(self, token: str | None = None, server: str | None = None) -> str:
+        """Write (once per token and server) a kubeconfig for ``token`` (default: admin) and
+        ``server`` (default: this API server's URL); return its path."""
         token = token or self.admin_token
         user = next((u for u, (t, _) in self._users.items() if t == token), "user")
-        path = self._dir / f"kubeconfig-{user.replace(':', '_')}-{token[:8]}.json"
+        suffix = "" if server is None else "-" + server.rsplit(":", 1)[-1]
+        path = self._dir / f"kubeconfig-{user.replace(':', '_')}-{token[:8]}{suffix}.json"
         if not path.exists():
             cfg = {
                 "apiVersion": "v1",
@@ -325,7 +353,7 @@ class ApiServer:
                 "clusters": [
                     {
                         "name": "koord-e2e",
-                        "cluster": {"server": self.url, "insecure-skip-tls-verify": True},
+                        "cluster": {"server": server or self.url, "insecure-skip-tls-verify": True},
                     }
                 ],
                 "users": [{"name": user, "user": {"token": token}}],
@@ -363,6 +391,19 @@ class ApiServer:
             lines.append(line)
         (d / "tokens.csv").write_text("\n".join(lines) + "\n")
         _gen_rsa_key(d / "sa.key", d / "sa.pub")
+
+    def _audit_args(self) -> list[str]:
+        if self.audit_policy is None:
+            return []
+        policy = self._dir / "audit-policy.json"
+        if not policy.exists():
+            policy.write_text(json.dumps(self.audit_policy))  # JSON is valid YAML
+        return [
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            "--audit-log-mode=blocking",
+        ]
 
     def _spawn(self, args: list[str], log: Path) -> subprocess.Popen[bytes]:
         with open(log, "ab") as out:
