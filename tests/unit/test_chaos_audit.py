@@ -210,3 +210,24 @@ def test_late_attempts_include_rejected_bindings() -> None:
     assert audit.late_binds(bindings, leases, USERS) == []
     [late] = audit.late_binds(bindings, leases, USERS, attempts=True)
     assert (late.reason, late.binding.code) == ("lost", 409)
+
+
+@pytest.mark.parametrize(
+    ("resumed_at", "frozen"),
+    [
+        pytest.param([5.5], True, id="on-the-wire-at-the-freeze"),
+        pytest.param([1.0], False, id="resumed-long-before"),
+        pytest.param([], False, id="never-frozen"),
+        pytest.param([6.5], False, id="resumed-after-it-landed"),
+    ],
+)
+def test_late_binds_sent_on_resume_from_a_freeze_are_told_apart(
+    resumed_at: list[float], frozen: bool
+) -> None:
+    events = [lease(0, "replica-a-1", "u-a"), lease(5, "replica-b-1", "u-b"), binding(6, "u-a")]
+    leases = audit.lease_writes(events, "default", "L")
+    late = audit.late_binds(audit.binding_writes(events, "ns"), leases, USERS)
+    assert len(late) == 1
+    resumes = {"u-a": [T0 + t for t in resumed_at], "u-b": [T0 + 5.9]}
+    strict, on_wire = audit.sent_before_freeze(late, resumes, window=2.0)
+    assert (len(strict), len(on_wire)) == ((0, 1) if frozen else (1, 0))

@@ -96,6 +96,27 @@ class LateBind:
         )
 
 
+def sent_before_freeze(
+    late: Iterable[LateBind],
+    resumes: Mapping[str, Iterable[float]],
+    window: float,
+) -> tuple[list[LateBind], list[LateBind]]:
+    """Split late binds into (late, in flight at a freeze): a binding that reached the server
+    within ``window`` seconds after its replica (API user) was resumed from SIGSTOP was sent by
+    a request frozen between the fence check — passed while the lease was held — and the write
+    on the wire. No client can close that window (Kubernetes has no fencing tokens); every
+    other late binding is a defect."""
+    strict: list[LateBind] = []
+    frozen: list[LateBind] = []
+    for lb in late:
+        times = resumes.get(lb.binding.user, ())
+        if any(0.0 <= lb.binding.received - t <= window for t in times):
+            frozen.append(lb)
+        else:
+            strict.append(lb)
+    return strict, frozen
+
+
 def _complete(events: Iterable[Mapping[str, Any]]) -> Iterable[Mapping[str, Any]]:
     for ev in events:
         if ev.get("stage") == "ResponseComplete":

@@ -44,6 +44,7 @@ class Replica:
     incarnation: int = 0
     proc: SchedulerProcess | None = None
     stopped: bool = False  # SIGSTOPped now
+    resumes: list[float] = field(default_factory=list)  # wall-clock times of each SIGCONT
     exits: list[Exit] = field(default_factory=list)
     incarnations: list[SchedulerProcess] = field(default_factory=list)
     lock: threading.RLock = field(default_factory=threading.RLock)
@@ -86,6 +87,8 @@ class Replica:
             if sig == signal.SIGSTOP:
                 self.stopped = True
             elif sig in (signal.SIGCONT, signal.SIGKILL):
+                if sig == signal.SIGCONT and self.stopped:
+                    self.resumes.append(time.time())
                 self.stopped = False
             return True
 

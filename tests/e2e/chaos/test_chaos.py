@@ -43,6 +43,9 @@ PODS = int(os.environ.get("CHAOS_PODS", "2000"))
 LEASE_S, RENEW_S, RETRY_S = 10, 7, 2
 WATCH_STALL_S = 50.0  # > 30 s: well past the old assumed-pod TTL
 BURST = 120  # pods created at once before a process fault: binding cycles in flight
+RESUME_WINDOW_S = 2.0
+"""A late binding received this soon after its replica's SIGCONT was frozen on the wire after
+its fence check (``audit.sent_before_freeze``): reported, not a defect of the scheduler."""
 GRACE_S = 30.0  # kubelet's default terminationGracePeriodSeconds
 # kube-scheduler's client defaults (--kube-api-qps 50, --kube-api-burst 100): a burst of pods
 # queues binds behind the client's rate limiter, as on a busy cluster.
@@ -411,8 +414,11 @@ def test_chaos(chaos_apiserver: Any, tmp_path: Path, report: Callable[[str], Non
         leases = audit.lease_writes(events, "default", LEASE)
         bindings = audit.binding_writes(events, NS)
         users = {r.user: r.identity_prefix for r in replicas}
-        late = audit.late_binds(bindings, leases, users)
+        late_all = audit.late_binds(bindings, leases, users)
         late_attempts = audit.late_binds(bindings, leases, users, attempts=True)
+        late, frozen = audit.sent_before_freeze(
+            late_all, {r.user: r.resumes for r in replicas}, RESUME_WINDOW_S
+        )
         landed = audit.bindings_of_live(bindings, audit.last_creates(events, NS))
         not_once = {
             p["metadata"]["name"]: len(landed.get(p["metadata"]["name"], []))
@@ -442,7 +448,8 @@ def test_chaos(chaos_apiserver: Any, tmp_path: Path, report: Callable[[str], Non
             "pods_lost": len(lost),
             "over_committed_cards": len(over),
             "late_binds": len(late),
-            "late_bind_attempts_rejected": len(late_attempts) - len(late),
+            "late_binds_in_flight_at_freeze": len(frozen),
+            "late_bind_attempts_rejected": len(late_attempts) - len(late_all),
             "bound_not_exactly_once": len(not_once),
             "binding_writes": len(bindings),
             "binding_writes_ok": sum(b.code == 201 for b in bindings),
