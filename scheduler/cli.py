@@ -209,6 +209,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 Check("leader-election", leadership),
             ],
             metrics=metrics.exposition,
+            explain=lambda ns, name, output: _explain_live(sched, cluster, ns, name, output),
         )
     except OSError as exc:
         raise UserError(f"cannot listen on {args.bind_address}:{args.port}: {exc}") from None
@@ -256,6 +257,37 @@ def cmd_run(args: argparse.Namespace) -> int:
         log.error("leader lease lost: exiting so that a restart begins with a clean cache")
         return EXIT_LOST_LEASE
     return 0
+
+
+EXPLAIN_TIMEOUT = 10.0
+"""How long ``/debug/explain`` waits for the scheduling thread (it answers between cycles)."""
+
+
+def _explain_live(
+    sched: Any, cluster: Any, namespace: str, name: str, output: str
+) -> tuple[int, bytes]:
+    """``/debug/explain/NS/POD`` of ``koord-scheduler run``: the pod and the per-card account
+    from the informers' view, the filters run by the scheduler's own profile on the scheduling
+    thread (``Scheduler.call_soon``), so the answer is what the next cycle would see."""
+    from scheduler.explain import explain, render_table, to_json
+
+    view = cluster.view()
+    pod = next((p for p in view.pods if p.namespace == namespace and p.name == name), None)
+    if pod is None:
+        return 404, f"pod {namespace}/{name} not found\n".encode()
+    if pod.node_name:
+        return 409, f"pod {namespace}/{name} is already bound to node {pod.node_name}\n".encode()
+    nodes, devices, pods = dict(view.nodes), list(view.devices), list(view.pods)
+    future = sched.call_soon(
+        lambda: explain(sched, sched.cache.snapshot, pod, nodes, devices, pods)
+    )
+    try:
+        answer = future.result(timeout=EXPLAIN_TIMEOUT)
+    except TimeoutError:
+        return 503, b"the scheduling thread did not answer in time\n"
+    except ValueError as exc:
+        return 400, f"{exc}\n".encode()
+    return 200, (to_json(answer) if output == "json" else render_table(answer)).encode()
 
 
 # -- inspect ----------------------------------------------------------------------------------

@@ -1,11 +1,15 @@
-"""The scheduler's HTTP endpoints on one port: ``/healthz``, ``/livez``, ``/readyz``, ``/metrics``.
+"""The scheduler's HTTP endpoints on one port: ``/healthz``, ``/livez``, ``/readyz``, ``/metrics``,
+``/debug/explain/NAMESPACE/POD``.
 
 Role: what the kubelet's probes and Prometheus talk to. ``/livez`` and ``/healthz`` run the
 liveness checks (the process's threads are alive), ``/readyz`` the readiness checks (caches
 synced and connected; leading, or a healthy standby). Each answers ``200 ok``, or ``503`` with
 one ``[-]<check> failed: <reason>`` line per failed check, as kube components do; ``?verbose``
 lists every check (``[+]<check> ok``). ``/metrics`` serves the Prometheus text format from the
-function it is given.
+function it is given. ``/debug/explain/NS/POD[?o=json|table]`` answers ``koord-scheduler
+explain`` for a pending pod from the running scheduler's own state (the function it is given
+runs the question on the scheduling thread); 400 for a malformed path, what the function says
+otherwise (404 for an unknown pod), 500 with one line if it raises.
 
 Invariants: checks are plain callables returning None (ok) or a reason, evaluated on every
 request, so an answer is never stale; a check that raises counts as failed. The server runs in
@@ -26,6 +30,7 @@ import structlog
 __all__ = ["Check", "HealthServer", "run_checks"]
 
 log = structlog.get_logger("koord-scheduler.http")
+EXPLAIN_PREFIX = "/debug/explain/"
 
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -70,10 +75,12 @@ class HealthServer:
         live: Sequence[Check] = (),
         ready: Sequence[Check] = (),
         metrics: Callable[[], bytes] | None = None,
+        explain: Callable[[str, str, str], tuple[int, bytes]] | None = None,
     ) -> None:
         self.live = list(live)
         self.ready = list(ready)
         self._metrics = metrics
+        self._explain = explain
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -117,6 +124,8 @@ class HealthServer:
         elif path == "/readyz":
             ok, body = run_checks(self.ready, "readyz", verbose)
             self._reply(req, 200 if ok else 503, body.encode() + b"\n", "text/plain")
+        elif path.startswith(EXPLAIN_PREFIX) and self._explain is not None:
+            self._serve_explain(req, path[len(EXPLAIN_PREFIX) :], url.query)
         elif path == "/metrics" and self._metrics is not None:
             try:
                 data = self._metrics()
@@ -127,6 +136,25 @@ class HealthServer:
             self._reply(req, 200, data, PROMETHEUS_TEXT)
         else:
             self._reply(req, 404, b"404 page not found\n", "text/plain")
+
+    def _serve_explain(self, req: BaseHTTPRequestHandler, rest: str, query: str) -> None:
+        assert self._explain is not None
+        namespace, sep, name = rest.partition("/")
+        if not sep or not namespace or not name or "/" in name:
+            self._reply(req, 400, b"expected /debug/explain/NAMESPACE/POD\n", "text/plain")
+            return
+        output = (parse_qs(query).get("o") or ["json"])[0]
+        if output not in ("json", "table"):
+            self._reply(req, 400, b"o: json or table\n", "text/plain")
+            return
+        try:
+            code, body = self._explain(namespace, name, output)
+        except Exception as exc:
+            log.exception("explain failed", pod=f"{namespace}/{name}")
+            self._reply(req, 500, f"{exc}\n".encode(), "text/plain")
+            return
+        ctype = "application/json" if output == "json" and code == 200 else "text/plain"
+        self._reply(req, code, body, ctype)
 
     @staticmethod
     def _reply(req: BaseHTTPRequestHandler, code: int, body: bytes, content_type: str) -> None:

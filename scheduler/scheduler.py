@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import structlog
@@ -88,6 +88,25 @@ class _NullSchedulerObserver:
 
     def scheduled(self, attempts: int, sli_seconds: float) -> None:
         pass
+
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class _Call:
+    """A function to run on the scheduling thread (``Scheduler.call_soon``)."""
+
+    fn: Callable[[], Any]
+    future: Future[Any]
+
+    def run(self) -> None:
+        if not self.future.set_running_or_notify_cancel():
+            return
+        try:
+            self.future.set_result(self.fn())
+        except Exception as exc:  # handed to the caller, never raised on this thread
+            self.future.set_exception(exc)
 
 
 @dataclass(slots=True)
@@ -177,7 +196,7 @@ class Scheduler:
         self._log_decisions = log_decisions
         self.queue_stats: QueueStats | None = None
         self._stats_due = float("-inf")
-        self._inbox: stdqueue.SimpleQueue[Change | _BindOutcome] = stdqueue.SimpleQueue()
+        self._inbox: stdqueue.SimpleQueue[Change | _BindOutcome | _Call] = stdqueue.SimpleQueue()
         self._binder: Executor = executor or ThreadPoolExecutor(
             max(1, bind_workers), thread_name_prefix="bind"
         )
@@ -211,8 +230,18 @@ class Scheduler:
             n += 1
             if isinstance(item, _BindOutcome):
                 self._finish_binding(item)
+            elif isinstance(item, _Call):
+                item.run()
             else:
                 self._apply(item)
+
+    def call_soon(self, fn: Callable[[], T]) -> Future[T]:
+        """Run ``fn`` on the scheduling thread, between cycles (so it sees the caches, the
+        ledger and the plugins exactly as the next cycle will); the future has its result.
+        For read-only questions from other threads (``/debug/explain``)."""
+        future: Future[T] = Future()
+        self._inbox.put(_Call(fn, future))
+        return future
 
     def _apply(self, change: Change) -> None:
         if change.kind == "Node":

@@ -68,3 +68,36 @@ def test_endpoints(server: tuple[HealthServer, dict[str, str | None]]) -> None:
     code, ctype, body = get(srv, "/metrics")
     assert code == 200 and ctype.startswith("text/plain; version=0.0.4") and "x 1.0" in body
     assert get(srv, "/nope")[0] == 404
+
+
+def test_debug_explain_route() -> None:
+    asked: list[tuple[str, str, str]] = []
+
+    def explain(ns: str, name: str, output: str) -> tuple[int, bytes]:
+        asked.append((ns, name, output))
+        if name == "boom":
+            raise RuntimeError("scheduler gone")
+        if name == "absent":
+            return 404, b"pod ns/absent not found\n"
+        return 200, b'{"pod": "ns/p"}' if output == "json" else b"POD ns/p\n"
+
+    srv = HealthServer("127.0.0.1", 0, explain=explain)
+    srv.start()
+    try:
+        code, ctype, body = get(srv, "/debug/explain/ns/p")
+        assert (code, ctype, body) == (200, "application/json", '{"pod": "ns/p"}')
+        assert get(srv, "/debug/explain/ns/p?o=table")[::2] == (200, "POD ns/p\n")
+        assert get(srv, "/debug/explain/ns/absent")[::2] == (404, "pod ns/absent not found\n")
+        assert get(srv, "/debug/explain/ns/boom")[::2] == (500, "scheduler gone\n")
+        for bad in ("/debug/explain/ns", "/debug/explain/ns/p/x", "/debug/explain/ns/p?o=yaml"):
+            assert get(srv, bad)[0] == 400, bad
+        assert asked == [("ns", "p", "json"), ("ns", "p", "table"), ("ns", "absent", "json"),
+                         ("ns", "boom", "json")]  # fmt: skip
+    finally:
+        srv.stop()
+    plain = HealthServer("127.0.0.1", 0)
+    plain.start()
+    try:
+        assert get(plain, "/debug/explain/ns/p")[0] == 404
+    finally:
+        plain.stop()

@@ -241,3 +241,15 @@ def test_a_waiting_pod_times_out_and_releases_its_resources() -> None:
         sched.failures["default/p"] == "rejected due to timeout after waiting 0.05s at plugin Gate"
     )
     assert sched.queue.pending_counts()["unschedulable"] == 1
+
+
+def test_call_soon_runs_on_the_scheduling_thread_between_cycles() -> None:
+    _, sched, _ = _setup()
+    ran: list[str] = []
+    ok = sched.call_soon(lambda: ran.append("x") or sched.cache.node_count())
+    failing = sched.call_soon(lambda: 1 // 0)
+    assert not ok.done() and ran == []  # nothing runs until the scheduling thread drains
+    sched.drain()
+    assert ok.result(timeout=0) == 2 and ran == ["x"]
+    with pytest.raises(ZeroDivisionError):
+        failing.result(timeout=0)
