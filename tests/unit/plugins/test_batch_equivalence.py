@@ -2,8 +2,11 @@
 
 For every plugin with ``filter_nodes`` the mask agrees with ``filter(...) is None`` on every
 live slot, and for every plugin with ``score_nodes`` the raw (unnormalized) scores equal
-``score(...)``. Clusters have at most 40 nodes, dead slots (deleted nodes, pods on unknown
-nodes), and are mutated between two rounds so cached masks must follow ``node_generation``.
+``score(...)``; where a plugin explains its rejections in one pass (``filter_reasons``) each
+explained node's status equals ``filter``'s. The runtime's diagnosis built from the masks equals
+the per-node one (every filter node by node, first rejection wins), FitError message included.
+Clusters have at most 40 nodes, dead slots (deleted nodes, pods on unknown nodes), and are
+mutated between two rounds so cached masks must follow ``node_generation``.
 """
 
 from __future__ import annotations
@@ -15,18 +18,26 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from apis.core import Pod
+from scheduler.config import PluginRef, Plugins, PluginSet, Profile
 from scheduler.framework.cycle_state import CycleState
-from scheduler.framework.interfaces import BatchFilterPlugin, BatchScorePlugin
-from scheduler.framework.status import Code
-from scheduler.framework.types import Snapshot
+from scheduler.framework.interfaces import (
+    BatchFilterPlugin,
+    BatchScorePlugin,
+    FilterReasonsPlugin,
+    PluginFactory,
+)
+from scheduler.framework.runtime import Framework
+from scheduler.framework.status import Code, Status
+from scheduler.framework.types import Diagnosis, Snapshot, fit_error_message
 from scheduler.plugins.nodeaffinity import NodeAffinity
 from scheduler.plugins.nodeaffinity import parse_args as affinity_args
 from scheduler.plugins.nodename import NodeName
 from scheduler.plugins.noderesources import NodeResourcesFit
 from scheduler.plugins.noderesources import parse_args as fit_args
 from scheduler.plugins.nodeunschedulable import NodeUnschedulable
+from scheduler.plugins.prioritysort import PrioritySort
 from scheduler.plugins.tainttoleration import TaintToleration
-from tests.builders import NodeBuilder, PodBuilder, make_node, make_pod
+from tests.builders import NodeBuilder, PodBuilder, make_handle, make_node, make_pod
 
 KEYS = ["zone", "gpu", "tier", "kernel", "node.kubernetes.io/unschedulable"]
 VALUES = ["a", "b", "c", "1", "7", "42", "-3", ""]
@@ -197,6 +208,15 @@ def _check(plugins: list[Any], pod: Pod, snapshot: Snapshot) -> None:
             for info in infos:
                 status = plugin.filter(state, pod, info)
                 assert bool(mask[info.slot]) is (status is None), (plugin.name, info.name, status)
+            if isinstance(plugin, FilterReasonsPlugin):
+                rejected = slots[~mask[slots]]
+                codes, statuses = plugin.filter_reasons(state, pod, snapshot, rejected)
+                assert codes.shape == rejected.shape
+                for slot, code in zip(rejected.tolist(), codes.tolist(), strict=True):
+                    want = plugin.filter(state, pod, snapshot.info(slot))
+                    assert want is not None and code >= 0, (plugin.name, slot)
+                    got = statuses[code]
+                    assert (got.code, got.reasons) == (want.code, want.reasons), plugin.name
         if isinstance(plugin, BatchScorePlugin):
             pre_score = (
                 plugin.pre_score(state, pod, infos) if hasattr(plugin, "pre_score") else None
@@ -223,3 +243,59 @@ def test_batch_forms_equal_per_node_forms(data: st.DataObject) -> None:
         pod = data.draw(assigned_pods(100 + i)).build()
         snapshot.add_pod(pod.node_name, pod)
     _check(plugins, data.draw(pending_pods()), snapshot)
+
+
+def _framework(plugins: list[Any], snapshot: Snapshot) -> Framework:
+    registry: dict[str, PluginFactory] = {
+        p.name: (lambda args, handle, p=p: p) for p in [*plugins, PrioritySort(), _Binder()]
+    }
+    profile = Profile(
+        scheduler_name="test",
+        plugins=Plugins(
+            queue_sort=PluginSet(enabled=(PluginRef("PrioritySort"),)),
+            pre_filter=PluginSet(
+                enabled=tuple(PluginRef(p.name) for p in plugins if hasattr(p, "pre_filter"))
+            ),
+            filter=PluginSet(enabled=tuple(PluginRef(p.name) for p in plugins)),
+            bind=PluginSet(enabled=(PluginRef("Binder"),)),
+        ),
+    )
+    return Framework(profile, registry, make_handle(snapshot))
+
+
+class _Binder:
+    name = "Binder"
+
+    def bind(self, state: CycleState, pod: Pod, node_name: str) -> Status | None:
+        return None
+
+
+def _key(status: Status | None) -> tuple[Any, ...] | None:
+    return None if status is None else (status.code, status.reasons, status.plugin)
+
+
+def _check_diagnosis(fwk: Framework, pod: Pod, snapshot: Snapshot) -> None:
+    state = CycleState()
+    if fwk.run_pre_filter(state, pod) is not None:
+        return
+    out = fwk.find_feasible(state, pod, snapshot, snapshot.size + 1, 0)
+    per_node = {info.name: fwk.run_filter(state, pod, info) for info in snapshot.node_infos()}
+    want = {name: status for name, status in per_node.items() if status is not None}
+    got = out.diagnose()
+    assert len(got) == len(want)
+    assert {k: _key(v) for k, v in got.items()} == {k: _key(v) for k, v in want.items()}
+    n = snapshot.num_nodes
+    assert fit_error_message(n, Diagnosis(node_to_status=got)) == fit_error_message(
+        n, Diagnosis(node_to_status=dict(want))
+    )
+    assert got.plugins() == {s.plugin for s in want.values()}
+    assert got.first_error() is None  # no plugin here fails with an error on valid input
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_mask_diagnosis_equals_per_node_diagnosis(data: st.DataObject) -> None:
+    snapshot, _ = data.draw(clusters())
+    fwk = _framework(_plugins(data.draw), snapshot)
+    for _ in range(3):
+        _check_diagnosis(fwk, data.draw(pending_pods()), snapshot)
