@@ -286,10 +286,18 @@ class NodeResourcesFit:
             free = snapshot.allocatable(r)[slots] - snapshot.requested(r)[slots]
             names.append(f"Insufficient {r}")
             cols.append(free < min(amount, _INT64_MAX))
-        sets, inverse = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
-        remap = np.full(len(sets), -1, np.int64)  # -1: no reason, let ``filter`` say why
+        if len(cols) <= 62:  # one int per node: a 1-D unique instead of a row-wise one
+            bits = np.zeros(len(slots), np.int64)
+            for i, col in enumerate(cols):
+                bits |= col.astype(np.int64) << i
+            sets_bits, inverse = np.unique(bits, return_inverse=True)
+            rows = [[bool(b >> i & 1) for i in range(len(cols))] for b in sets_bits.tolist()]
+        else:
+            sets, inverse = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
+            rows = sets.tolist()
+        remap = np.full(len(rows), -1, np.int64)  # -1: no reason, let ``filter`` say why
         statuses: list[Status] = []
-        for i, row in enumerate(sets.tolist()):
+        for i, row in enumerate(rows):
             reasons = [name for name, hit in zip(names, row, strict=True) if hit]
             if reasons:
                 remap[i] = len(statuses)
