@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: all demo test test-unit bench bench-b2 lint proto kube-apiserver clean
+.PHONY: all demo test test-unit bench bench-b2 lint proto kube-apiserver kube-scheduler clean
 
 all: test
 
@@ -30,7 +30,7 @@ test-unit: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/b1_throughput.py
 
-## bench-b2: benchmark B2 (end to end against a real kube-apiserver)
+## bench-b2: benchmark B2, koord-scheduler and Go kube-scheduler side by side on a real kube-apiserver
 bench-b2: $(STAMP)
 	$(BIN)/python bench/b2_e2e.py
 
@@ -47,6 +47,10 @@ proto: $(STAMP)
 ## kube-apiserver: build (or reuse from the cache) kube-apiserver v1.20.2 and etcd
 kube-apiserver:
 	bash hack/kube-apiserver.sh
+
+## kube-scheduler: build (once, cached) Go kube-scheduler v1.20.2, B2's reference
+kube-scheduler:
+	bash hack/kube-scheduler.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks

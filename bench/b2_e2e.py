@@ -31,6 +31,7 @@ import json
 import os
 import platform
 import random
+import shlex
 import subprocess
 import sys
 import threading
@@ -283,6 +284,8 @@ def start_scheduler(
             f"--config={go_config(srv, workdir, args.qps, args.burst, args.percentage, port)}",
             "--address=127.0.0.1", f"--port={port}", "--secure-port=0", "--v=0",
         ]  # fmt: skip
+    if which == "koord" and args.koord_wrap:
+        cmd = [*shlex.split(args.koord_wrap), *cmd]  # e.g. a sampling profiler
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     return proc, port, start
@@ -434,6 +437,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=16, help="pod-creating threads")
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--json", help="also write every result to this file")
+    parser.add_argument(
+        "--koord-wrap",
+        default="",
+        help='prefix of the koord-scheduler command, e.g. "py-spy record -f raw -o prof.txt --"'
+        " (its CPU figures then include the profiler's)",
+    )
     args = parser.parse_args(argv)
     schedulers = args.schedulers.split(",")
     go_bin = _hack("kube-scheduler.sh")["KUBE_SCHEDULER_BIN"] if "go" in schedulers else ""
