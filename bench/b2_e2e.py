@@ -32,6 +32,7 @@ import os
 import platform
 import random
 import shlex
+import signal
 import subprocess
 import sys
 import threading
@@ -399,9 +400,11 @@ def run_one(
         }
     finally:
         if proc is not None:
-            proc.terminate()
+            # A wrapping profiler writes its report on SIGINT (Ctrl-C), not on SIGTERM.
+            wrapped = which == "koord" and args.koord_wrap
+            proc.send_signal(signal.SIGINT if wrapped else signal.SIGTERM)
             try:
-                proc.wait(20)
+                proc.wait(60)
             except subprocess.TimeoutExpired:
                 proc.kill()
         srv.stop()
