@@ -30,9 +30,9 @@ import itertools
 import json
 import os
 import platform
-import random
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -268,7 +268,9 @@ def start_scheduler(
     which: str, srv: Any, args: argparse.Namespace, workdir: Path, go_bin: str
 ) -> tuple[subprocess.Popen[bytes], int, float]:
     """(process, metrics port, start time) once the process is spawned."""
-    port = 20000 + random.Random().randrange(1, 20000)
+    with socket.socket() as sock:  # a free loopback port for its health and metrics
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
     log = open(workdir / f"{which}.log", "wb")  # noqa: SIM115
     if which == "koord":
         cmd = [
@@ -370,8 +372,12 @@ def run_one(
                     if delay > 0:
                         time.sleep(delay)
                     pool.submit(c.call, "POST", path, body)
-        if not watch.done.wait(args.timeout):
-            raise RuntimeError(f"{which}: only {len(watch.bound)} of {pods} pods bound")
+        deadline = time.monotonic() + args.timeout
+        while not watch.done.wait(1.0):
+            if proc.poll() is not None:
+                raise RuntimeError(f"{which} scheduler exited with {proc.returncode} (see its log)")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{which}: only {len(watch.bound)} of {pods} pods bound")
         cpu_s = _cpu_seconds(proc.pid)
         writes = api_writes(c) - writes_before - own_writes
         fams = scrape(port)
