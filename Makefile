@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: all demo test test-unit bench bench-b2 bench-b4 lint proto kube-apiserver image clean chaos
+.PHONY: all demo test test-unit bench bench-b2 bench-b4 lint proto kube-apiserver kube-scheduler image clean chaos
 
 all: test
 
@@ -35,7 +35,7 @@ chaos: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/b1_throughput.py
 
-## bench-b2: benchmark B2 (end to end against a real kube-apiserver)
+## bench-b2: benchmark B2, koord-scheduler and Go kube-scheduler side by side on a real kube-apiserver
 bench-b2: $(STAMP)
 	$(BIN)/python bench/b2_e2e.py
 
@@ -61,6 +61,10 @@ kube-apiserver:
 ## image: the OCI image of both commands (Debian debootstrap + the wheel + podman), dist/*.oci.tar
 image: $(STAMP)
 	bash hack/image.sh
+
+## kube-scheduler: build (once, cached) Go kube-scheduler v1.20.2, B2's reference
+kube-scheduler:
+	bash hack/kube-scheduler.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks

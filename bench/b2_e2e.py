@@ -1,25 +1,38 @@
-"""Benchmark B2 (BENCHMARKS.md): end to end against a real kube-apiserver.
+"""Benchmark B2 (BENCHMARKS.md): koord-scheduler and Go kube-scheduler side by side.
 
-1,000 nodes (plain Node objects plus Device CRs, B1's 8 mixed GPUs each), 5,000 pods created as
-fast as the client allows (B1's GPU mix), ``koord-scheduler run`` as a separate process bound to
-the API server over HTTPS. Reports pods/s from the first create to the last bind (seen on a
-watch of the benchmark's own), the create rate alone, p50/p99 of
-``scheduler_pod_scheduling_sli_duration_seconds`` (from its buckets, like PromQL's
-``histogram_quantile``; exact counts) and of the attempt duration, and API writes per pod.
+Both schedulers run on the same workload against a real kube-apiserver v1.20.2 (+ etcd), one
+after the other, each on a fresh API server, alternating which goes first, for ``--rounds``
+rounds. Nodes are B1's (64 cores, 512Gi, 8 GPUs as ``nvidia.com/gpu`` allocatable and a Device
+CR each). Workloads: ``backlog`` (all pods created before the scheduler starts) and ``rate``
+(pods created at ``--rate`` pods/s after the scheduler is ready); pod kinds: ``gpu``
+(``nvidia.com/gpu: 1``) and ``cpu`` (cpu and memory only). For each run it prints pods/s from
+the first to the last bind (on a watch of its own), the wall time from process start to the
+last bind, the scheduler's CPU seconds per bound pod (``/proc``), the scheduling SLI p50/p99
+from the scheduler's own /metrics (koord: ``scheduler_pod_scheduling_sli_duration_seconds``; Go
+v1.20: ``scheduler_pod_scheduling_duration_seconds``), the API writes per pod (the API
+server's ``apiserver_request_total`` for write verbs, less the benchmark's own), and the ratio
+koord/Go of pods/s. Afterwards it checks that no GPU card is over-committed (koord: the summed
+device-allocated annotations per card; Go: ``nvidia.com/gpu`` per node).
 
-Usage: python bench/b2_e2e.py [--nodes 1000] [--pods 5000] [--threads 16]
-                              [--scheduler-args "--kube-api-qps 1000 ..."]
-Needs kube-apiserver v1.20.2 and etcd (hack/kube-apiserver.sh provides them).
+Both get the same client QPS/burst (``--qps``/``--burst``, default 5000/10000: high enough
+not to bind either) and the same ``percentageOfNodesToScore`` (``--percentage``, default 0,
+kube-scheduler's adaptive rule, which is also koord's shipped config); leader election off.
+
+Usage: python bench/b2_e2e.py [--sizes 200x1000,1000x5000] [--workloads backlog,rate]
+                              [--kinds gpu,cpu] [--rounds 2] [--schedulers koord,go]
+Needs hack/kube-apiserver.sh and hack/kube-scheduler.sh (built on first use).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
-import random
 import shlex
+import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -37,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 sys.path.insert(0, str(ROOT / "bench"))
 from apiserver import ApiServer  # noqa: E402
-from b1_throughput import device_obj, node_obj, pod_requests  # noqa: E402
+from b1_throughput import device_obj, node_obj  # noqa: E402
 
 urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
 DEVICES = "/apis/scheduling.koordinator.sh/v1alpha1/devices"
@@ -61,14 +74,15 @@ class Client:
         return json.loads(resp.data) if resp.data else {}
 
 
-def binaries() -> tuple[str, str]:
+def _hack(script: str) -> dict[str, str]:
     out = subprocess.run(
-        ["bash", str(ROOT / "hack" / "kube-apiserver.sh")],
-        check=True,
-        capture_output=True,
-        text=True,
+        ["bash", str(ROOT / "hack" / script)], check=True, capture_output=True, text=True
     ).stdout
-    values = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def binaries() -> tuple[str, str]:
+    values = _hack("kube-apiserver.sh")
     return values["KUBE_APISERVER_BIN"], values["ETCD_BIN"]
 
 
@@ -105,12 +119,14 @@ def setup_cluster(c: Client, nodes: int, threads: int) -> float:
 
 
 class BindWatch(threading.Thread):
-    """Counts pods of the namespace that have a nodeName, with the time of the last one."""
+    """Counts pods of the namespace that have a nodeName, with the times of the first and the
+    last one."""
 
     def __init__(self, c: Client, expected: int) -> None:
         super().__init__(daemon=True)
         self.c, self.expected = c, expected
         self.bound: set[str] = set()
+        self.first_bind = 0.0
         self.last_bind = 0.0
         self.done = threading.Event()
         self.ready = threading.Event()
@@ -140,6 +156,8 @@ class BindWatch(threading.Thread):
                     if name not in self.bound:
                         self.bound.add(name)
                         self.last_bind = time.perf_counter()
+                        if len(self.bound) == 1:
+                            self.first_bind = self.last_bind
                         if len(self.bound) >= self.expected:
                             self.done.set()
                             resp.release_conn()
@@ -184,120 +202,291 @@ def scrape(port: int) -> dict[str, Any]:
         return {f.name: f for f in text_string_to_metric_families(r.read().decode())}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nodes", type=int, default=1000)
-    parser.add_argument("--pods", type=int, default=5000)
-    parser.add_argument("--threads", type=int, default=16, help="pod-creating threads")
-    parser.add_argument(
-        "--scheduler-args",
-        default="",
-        help="extra arguments of koord-scheduler run (default: none, the defaults)",
-    )
-    parser.add_argument("--seed", type=int, default=1)
-    args = parser.parse_args(argv)
+WRITE_VERBS = {"POST", "PUT", "PATCH", "DELETE", "CREATE", "UPDATE", "APPLY"}
 
+
+def api_writes(c: Client) -> int:
+    """Write requests the API server has answered so far (every client)."""
+    resp = c.pool.request("GET", c.url + "/metrics", headers=c.headers, timeout=60)
+    total = 0.0
+    for fam in text_string_to_metric_families(resp.data.decode()):
+        if fam.name != "apiserver_request":
+            continue
+        for sample in fam.samples:
+            if sample.name.endswith("_total") and sample.labels.get("verb") in WRITE_VERBS:
+                total += sample.value
+    return int(total)
+
+
+SCHEDULER_NAME = "koord-scheduler"
+
+
+def pod_body(i: int, kind: str) -> bytes:
+    req = {"cpu": "1", "memory": "4Gi"}
+    if kind == "gpu":
+        req["nvidia.com/gpu"] = "1"
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"p-{i:05d}", "namespace": NS},
+        "spec": {
+            "schedulerName": SCHEDULER_NAME,
+            "containers": [
+                {"name": "c", "image": "x", "resources": {"requests": req, "limits": req}}
+            ],
+        },
+    }
+    return json.dumps(pod).encode()
+
+
+def go_config(srv: Any, workdir: Path, qps: float, burst: int, percentage: int, port: int) -> Path:
+    cfg = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1beta1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": srv.kubeconfig_path(), "qps": qps, "burst": burst},
+        "leaderElection": {"leaderElect": False},
+        "healthzBindAddress": f"127.0.0.1:{port}",
+        "metricsBindAddress": f"127.0.0.1:{port}",
+        "percentageOfNodesToScore": percentage,
+        "profiles": [{"schedulerName": SCHEDULER_NAME}],
+    }
+    path = workdir / "kube-scheduler.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def koord_config(workdir: Path, percentage: int) -> Path:
+    cfg = yaml.safe_load((ROOT / "config" / "scheduler-config.yaml").read_text())
+    cfg["percentageOfNodesToScore"] = percentage
+    cfg["leaderElection"] = {"leaderElect": False}
+    path = workdir / "koord-scheduler.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def start_scheduler(
+    which: str, srv: Any, args: argparse.Namespace, workdir: Path, go_bin: str
+) -> tuple[subprocess.Popen[bytes], int, float]:
+    """(process, metrics port, start time) once the process is spawned."""
+    with socket.socket() as sock:  # a free loopback port for its health and metrics
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    log = open(workdir / f"{which}.log", "wb")  # noqa: SIM115
+    if which == "koord":
+        cmd = [
+            sys.executable, "-m", "scheduler.cli", "run",
+            f"--kubeconfig={srv.kubeconfig_path()}",
+            f"--config={koord_config(workdir, args.percentage)}",
+            "--leader-elect=false", "--bind-address=127.0.0.1", f"--port={port}",
+            f"--kube-api-qps={args.qps}", f"--kube-api-burst={args.burst}",
+            "--log-level=warning",
+        ]  # fmt: skip
+    else:
+        cmd = [
+            go_bin,
+            f"--config={go_config(srv, workdir, args.qps, args.burst, args.percentage, port)}",
+            "--address=127.0.0.1", f"--port={port}", "--secure-port=0", "--v=0",
+        ]  # fmt: skip
+    if which == "koord" and args.koord_wrap:
+        cmd = [*shlex.split(args.koord_wrap), *cmd]  # e.g. a sampling profiler
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    return proc, port, start
+
+
+def wait_ready(proc: subprocess.Popen[bytes], port: int, which: str) -> None:
+    path = "/readyz" if which == "koord" else "/healthz"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise RuntimeError(f"{which} scheduler did not become ready (see its log)")
+        time.sleep(0.1)
+
+
+def overcommitted_cards(c: Client, which: str) -> int:
+    """Cards (koord) or nodes (Go) given more GPU than they have."""
+    pods = c.call("GET", f"/api/v1/namespaces/{NS}/pods")["items"]
+    if which == "go":
+        per_node: dict[str, int] = {}
+        for p in pods:
+            node = p["spec"].get("nodeName")
+            if node:
+                n = int(
+                    p["spec"]["containers"][0]["resources"]["requests"].get("nvidia.com/gpu", 0)
+                )
+                per_node[node] = per_node.get(node, 0) + n
+        return sum(1 for v in per_node.values() if v > 8)
+    core: dict[tuple[str, int], int] = {}
+    for p in pods:
+        node = p["spec"].get("nodeName")
+        ann = p["metadata"].get("annotations", {}).get("scheduling.koordinator.sh/device-allocated")
+        if not node or not ann:
+            continue
+        for alloc in json.loads(ann).get("gpu", []):
+            key = (node, int(alloc["minor"]))
+            core[key] = core.get(key, 0) + int(
+                alloc["resources"].get("koordinator.sh/gpu-core", "0")
+            )
+    return sum(1 for v in core.values() if v > 100)
+
+
+def run_one(
+    which: str,
+    nodes: int,
+    pods: int,
+    workload: str,
+    kind: str,
+    args: argparse.Namespace,
+    go_bin: str,
+) -> dict[str, Any]:
     srv = ApiServer(*binaries()).start()
     proc: subprocess.Popen[bytes] | None = None
+    workdir = Path(srv.dir or "/tmp")
     try:
         c = Client(srv.url, srv.admin_token, pool=args.threads + 4)
-        setup_s = setup_cluster(c, args.nodes, args.threads)
-        print(f"cluster: {args.nodes} nodes + Device CRs in {setup_s:.1f}s", flush=True)
-
-        cfg = ROOT / "config" / "scheduler-config.yaml"
-        port = 10251 + random.Random().randrange(1, 5000)
-        log = open(Path(os.environ.get("TMPDIR", "/tmp")) / "b2-scheduler.log", "wb")  # noqa: SIM115
-        proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "scheduler.cli", "run",
-                f"--kubeconfig={srv.kubeconfig_path()}", f"--config={cfg}",
-                "--leader-elect=false", "--bind-address=127.0.0.1", f"--port={port}",
-                "--log-level=warning", *shlex.split(args.scheduler_args),
-            ],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError("scheduler did not become ready (see b2-scheduler.log)")
-            time.sleep(0.2)
-
-        rng = random.Random(args.seed)
-        bodies = []
-        for i in range(args.pods):
-            req = pod_requests(rng, "gpu")
-            pod = {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": f"p-{i:05d}", "namespace": NS},
-                "spec": {
-                    "schedulerName": "koord-scheduler",
-                    "containers": [
-                        {"name": "c", "image": "x", "resources": {"requests": req, "limits": req}}
-                    ],
-                },
-            }
-            bodies.append(json.dumps(pod).encode())
-        watch = BindWatch(c, args.pods)
+        setup_cluster(c, nodes, args.threads)
+        bodies = [pod_body(i, kind) for i in range(pods)]
+        path = f"/api/v1/namespaces/{NS}/pods"
+        watch = BindWatch(c, pods)
         watch.start()
         watch.ready.wait(30)
-        path = f"/api/v1/namespaces/{NS}/pods"
-        first_create = time.perf_counter()
-        with ThreadPoolExecutor(args.threads) as pool:
-            list(pool.map(lambda b: c.call("POST", path, b), bodies))
-        created = time.perf_counter()
-        if not watch.done.wait(900):
-            raise RuntimeError(f"only {len(watch.bound)} of {args.pods} pods bound")
-        elapsed = watch.last_bind - first_create
+        own_writes = 0
+        if workload == "backlog":
+            with ThreadPoolExecutor(args.threads) as pool:
+                list(pool.map(lambda b: c.call("POST", path, b), bodies))
+        writes_before = api_writes(c)
+        proc, port, started = start_scheduler(which, srv, args, workdir, go_bin)
+        if workload == "rate":
+            wait_ready(proc, port, which)
+            own_writes = pods
+            t0 = time.perf_counter()
+            with ThreadPoolExecutor(args.threads) as pool:
+                for i, body in enumerate(bodies):
+                    delay = t0 + i / args.rate - time.perf_counter()
+                    if delay > 0:
+                        time.sleep(delay)
+                    pool.submit(c.call, "POST", path, body)
+        deadline = time.monotonic() + args.timeout
+        while not watch.done.wait(1.0):
+            if proc.poll() is not None:
+                raise RuntimeError(f"{which} scheduler exited with {proc.returncode} (see its log)")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{which}: only {len(watch.bound)} of {pods} pods bound")
         cpu_s = _cpu_seconds(proc.pid)
+        writes = api_writes(c) - writes_before - own_writes
         fams = scrape(port)
-        sli50, n = quantile(0.5, fams["scheduler_pod_scheduling_sli_duration_seconds"])
-        sli99, _ = quantile(0.99, fams["scheduler_pod_scheduling_sli_duration_seconds"])
-        att = fams["scheduler_scheduling_attempt_duration_seconds"]
-        att50, _ = quantile(0.5, att)
-        att99, _ = quantile(0.99, att)
-        results = {
-            s.labels["result"]: int(s.value)
-            for s in fams["scheduler_schedule_attempts"].samples
-            if s.name.endswith("_total")
-        }
-        print(
-            json.dumps(
-                {
-                    "machine": f"{platform.processor() or platform.machine()}, "
-                    f"{os.cpu_count()} cpus, {platform.python_version()}",
-                    "nodes": args.nodes,
-                    "pods": args.pods,
-                    "scheduler_args": args.scheduler_args,
-                    "create_s": round(created - first_create, 2),
-                    "create_pods_per_s": round(args.pods / (created - first_create), 1),
-                    "first_create_to_last_bind_s": round(elapsed, 2),
-                    "pods_per_s": round(args.pods / elapsed, 1),
-                    "sli_p50_s": round(sli50, 3),
-                    "sli_p99_s": round(sli99, 3),
-                    "sli_count": n,
-                    "attempt_p50_ms": round(1000 * att50, 2),
-                    "attempt_p99_ms": round(1000 * att99, 2),
-                    "attempts": results,
-                    "scheduler_cpu_s": round(cpu_s, 1),
-                },
-                indent=2,
-            )
+        sli_name = (
+            "scheduler_pod_scheduling_sli_duration_seconds"
+            if which == "koord"
+            else "scheduler_pod_scheduling_duration_seconds"
         )
+        sli = fams.get(sli_name)
+        p50 = quantile(0.5, sli)[0] if sli is not None else float("nan")
+        p99 = quantile(0.99, sli)[0] if sli is not None else float("nan")
+        span = watch.last_bind - watch.first_bind
+        return {
+            "scheduler": which,
+            "nodes": nodes,
+            "pods": pods,
+            "workload": workload,
+            "kind": kind,
+            "pods_per_s": pods / span if span > 0 else float("inf"),
+            "wall_s": watch.last_bind - started,
+            "cpu_ms_per_pod": 1000 * cpu_s / pods,
+            "sli_p50_s": p50,
+            "sli_p99_s": p99,
+            "writes_per_pod": writes / pods,
+            "overcommitted": overcommitted_cards(c, which),
+        }
     finally:
         if proc is not None:
-            proc.terminate()
+            # A wrapping profiler writes its report on SIGINT (Ctrl-C), not on SIGTERM.
+            wrapped = which == "koord" and args.koord_wrap
+            proc.send_signal(signal.SIGINT if wrapped else signal.SIGTERM)
             try:
-                proc.wait(20)
+                proc.wait(60)
             except subprocess.TimeoutExpired:
                 proc.kill()
         srv.stop()
+
+
+HEADER = (
+    f"{'size':>10} {'workload':>8} {'kind':>4} {'sched':>5} {'round':>5} {'pods/s':>8} "
+    f"{'wall s':>7} {'cpu ms/pod':>10} {'sli p50':>8} {'sli p99':>8} {'writes/pod':>10} "
+    f"{'overcommit':>10}"
+)
+
+
+def fmt(r: dict[str, Any], rnd: int) -> str:
+    return (
+        f"{r['nodes']:>5}x{r['pods']:<4} {r['workload']:>8} {r['kind']:>4} {r['scheduler']:>5} "
+        f"{rnd:>5} {r['pods_per_s']:>8.1f} {r['wall_s']:>7.2f} {r['cpu_ms_per_pod']:>10.2f} "
+        f"{r['sli_p50_s']:>8.3f} {r['sli_p99_s']:>8.3f} {r['writes_per_pod']:>10.2f} "
+        f"{r['overcommitted']:>10}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="200x1000,1000x5000", help="NODESxPODS,...")
+    parser.add_argument("--workloads", default="backlog,rate")
+    parser.add_argument("--kinds", default="gpu,cpu")
+    parser.add_argument("--schedulers", default="koord,go")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rate", type=float, default=200.0, help="arrival rate (rate workload)")
+    parser.add_argument("--qps", type=float, default=5000.0)
+    parser.add_argument("--burst", type=int, default=10000)
+    parser.add_argument("--percentage", type=int, default=0, help="percentageOfNodesToScore")
+    parser.add_argument("--threads", type=int, default=16, help="pod-creating threads")
+    parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument("--json", help="also write every result to this file")
+    parser.add_argument(
+        "--koord-wrap",
+        default="",
+        help='prefix of the koord-scheduler command, e.g. "py-spy record -f raw -o prof.txt --"'
+        " (its CPU figures then include the profiler's)",
+    )
+    args = parser.parse_args(argv)
+    schedulers = args.schedulers.split(",")
+    go_bin = _hack("kube-scheduler.sh")["KUBE_SCHEDULER_BIN"] if "go" in schedulers else ""
+    print(
+        f"# B2 side by side {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} "
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus, "
+        f"python {platform.python_version()}; qps {args.qps:g} burst {args.burst}, "
+        f"percentageOfNodesToScore {args.percentage}, rate {args.rate:g}/s",
+        flush=True,
+    )
+    print(HEADER, flush=True)
+    results: list[dict[str, Any]] = []
+    for size, workload, kind in itertools.product(
+        args.sizes.split(","), args.workloads.split(","), args.kinds.split(",")
+    ):
+        nodes, pods = (int(x) for x in size.split("x"))
+        got: dict[str, list[float]] = {s: [] for s in schedulers}
+        for rnd in range(1, args.rounds + 1):
+            order = schedulers if rnd % 2 else list(reversed(schedulers))
+            for which in order:
+                r = run_one(which, nodes, pods, workload, kind, args, go_bin)
+                r["round"] = rnd
+                results.append(r)
+                got[which].append(r["pods_per_s"])
+                print(fmt(r, rnd), flush=True)
+        if "koord" in got and "go" in got and got["go"]:
+            ratios = [k / g for k, g in zip(got["koord"], got["go"], strict=True)]
+            print(
+                f"# {size} {workload} {kind}: koord/Go pods/s per round "
+                + ", ".join(f"{x:.2f}" for x in ratios)
+                + f"; of the means {sum(got['koord']) / sum(got['go']):.2f}",
+                flush=True,
+            )
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
     return 0
 
 

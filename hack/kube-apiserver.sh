@@ -19,16 +19,9 @@ set -euo pipefail
 readonly K8S_VERSION="v1.20.2"
 readonly PROG="kube-apiserver.sh"
 
-log() { printf '%s: %s\n' "$PROG" "$*" >&2; }
-die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 1; }
-
-is_exe() { [[ -n "${1:-}" && -f "$1" && -x "$1" ]]; }
-
-abspath() {
-  local p="$1"
-  if [[ "$p" != /* ]]; then p="$PWD/$p"; fi
-  printf '%s\n' "$p"
-}
+NEED_APT_HINT="set KUBE_APISERVER_BIN and ETCD_BIN"
+# shellcheck source=hack/lib/kube-source.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/kube-source.sh"
 
 # True when "$1 --version" reports the wanted version.
 apiserver_ok() {
@@ -89,172 +82,21 @@ fi
 # Another caller may have finished the work while we waited.
 if [[ -z "$APISERVER" ]] && apiserver_ok "$CACHED_BIN"; then APISERVER="$CACHED_BIN"; fi
 
-APT_UPDATED=0
-need_apt() {
-  command -v apt-get >/dev/null 2>&1 \
-    || die "no kube-apiserver/etcd available and no apt-get to build them; set KUBE_APISERVER_BIN and ETCD_BIN"
-  [[ "$(id -u)" == 0 ]] \
-    || die "building kube-apiserver needs root (apt-get); run once as root or set KUBE_APISERVER_BIN and ETCD_BIN"
-}
-
-apt_update() {
-  if [[ "$APT_UPDATED" == 0 ]]; then
-    log "apt-get update"
-    apt-get update -qq >&2 || die "apt-get update failed"
-    APT_UPDATED=1
-  fi
-}
-
-apt_install() {
-  need_apt
-  apt_update
-  log "apt-get install -y $*"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >&2 \
-    || die "apt-get install $* failed"
-}
-
-has_deb_src() {
-  local f
-  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-    [[ -f "$f" ]] || continue
-    if grep -Eq '^[[:space:]]*deb-src[[:space:]].*bookworm' "$f"; then return 0; fi
-  done
-  for f in /etc/apt/sources.list.d/*.sources; do
-    [[ -f "$f" ]] || continue
-    # A deb822 stanza that is enabled, has deb-src among its Types and bookworm in its Suites.
-    if awk '
-      BEGIN { RS = ""; found = 0 }
-      {
-        if ($0 ~ /(^|\n)[Tt]ypes:[^\n]*deb-src/ && $0 ~ /(^|\n)[Ss]uites:[^\n]*bookworm/ \
-            && $0 !~ /(^|\n)[Ee]nabled:[[:space:]]*[Nn]o/) found = 1
-      }
-      END { exit(found ? 0 : 1) }' "$f"; then
-      return 0
-    fi
-  done
-  return 1
-}
-
-# Adds deb-src entries mirroring the existing bookworm deb entries (both apt source formats),
-# in a file of our own; existing source files are never edited.
-add_deb_src() {
-  local f out822=/etc/apt/sources.list.d/koord-py-deb-src.sources
-  local outlist=/etc/apt/sources.list.d/koord-py-deb-src.list
-  local tmp822 tmplist
-  tmp822="$(mktemp)"; tmplist="$(mktemp)"
-  for f in /etc/apt/sources.list.d/*.sources; do
-    [[ -f "$f" && "$f" != "$out822" ]] || continue
-    awk '
-      BEGIN { RS = "" }
-      {
-        n = split($0, L, "\n"); types = ""; suites = ""; enabled = 1
-        for (i = 1; i <= n; i++) {
-          if (L[i] ~ /^[Tt]ypes:/) types = L[i]
-          if (L[i] ~ /^[Ss]uites:/) suites = L[i]
-          if (L[i] ~ /^[Ee]nabled:[[:space:]]*[Nn]o/) enabled = 0
-        }
-        if (!enabled || suites !~ /bookworm/ || types !~ /[[:space:]]deb([[:space:]]|$)/) next
-        out = ""
-        for (i = 1; i <= n; i++) {
-          line = L[i]
-          if (line ~ /^[[:space:]]*#/) continue
-          if (line ~ /^[Tt]ypes:/) line = "Types: deb-src"
-          out = out line "\n"
-        }
-        printf "%s", out; printf "\n"
-      }' "$f" >>"$tmp822"
-  done
-  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-    [[ -f "$f" && "$f" != "$outlist" ]] || continue
-    sed -nE 's/^[[:space:]]*deb([[:space:]]+.*bookworm.*)$/deb-src\1/p' "$f" >>"$tmplist"
-  done
-  if [[ -s "$tmp822" ]]; then
-    log "adding deb-src entries in $out822"
-    { echo "# Added by koord-py hack/kube-apiserver.sh (kubernetes source package)"; cat "$tmp822"; } >"$out822"
-  fi
-  if [[ -s "$tmplist" ]]; then
-    log "adding deb-src entries in $outlist"
-    { echo "# Added by koord-py hack/kube-apiserver.sh (kubernetes source package)"; sort -u "$tmplist"; } >"$outlist"
-  fi
-  if [[ ! -s "$tmp822" && ! -s "$tmplist" ]]; then
-    rm -f "$tmp822" "$tmplist"
-    die "no bookworm 'deb' entry in the apt sources to derive a deb-src entry from"
-  fi
-  rm -f "$tmp822" "$tmplist"
-  APT_UPDATED=0
-}
-
-BUILD_DIR=""
-cleanup() {
-  if [[ -n "$BUILD_DIR" && -d "$BUILD_DIR" ]]; then
-    log "removing build tree $BUILD_DIR"
-    # Go's module cache is read-only; make it writable before deleting.
-    chmod -R u+w "$BUILD_DIR" 2>/dev/null || true
-    rm -rf "$BUILD_DIR"
-  fi
-}
-trap cleanup EXIT
+trap kube_cleanup EXIT
 trap 'exit 130' INT TERM
 
 build_apiserver() {
-  local start end src bin d
+  local start end bin
   start="$(date +%s)"
-  need_apt
-  if ! has_deb_src; then add_deb_src; fi
-  apt_install golang-go etcd-server rsync dpkg-dev make \
-    golang-github-modern-go-reflect2-dev golang-github-json-iterator-go-dev
-
-  local reflect2_src=/usr/share/gocode/src/github.com/modern-go/reflect2
-  local jsoniter_src=/usr/share/gocode/src/github.com/json-iterator/go
-  [[ -d "$reflect2_src" ]] || die "missing $reflect2_src (golang-github-modern-go-reflect2-dev)"
-  [[ -d "$jsoniter_src" ]] || die "missing $jsoniter_src (golang-github-json-iterator-go-dev)"
-
-  # Remove leftovers of an interrupted earlier build.
-  for d in "$CACHE_DIR"/build.*; do
-    [[ -d "$d" ]] || continue
-    log "removing stale build tree $d"
-    chmod -R u+w "$d" 2>/dev/null || true
-    rm -rf "$d"
-  done
-
+  kube_remove_stale "$CACHE_DIR"
   BUILD_DIR="$(mktemp -d "$CACHE_DIR/build.XXXXXX")"
-  log "downloading Debian source package 'kubernetes' into $BUILD_DIR"
-  (cd "$BUILD_DIR" && apt-get source --download-only kubernetes >&2) \
-    || die "apt-get source --download-only kubernetes failed"
-  local dsc
-  dsc="$(find "$BUILD_DIR" -maxdepth 1 -name 'kubernetes_*.dsc' | head -n1)"
-  [[ -n "$dsc" ]] || die "no kubernetes_*.dsc downloaded"
-  log "unpacking $(basename "$dsc")"
-  (cd "$BUILD_DIR" && dpkg-source -x "$(basename "$dsc")" src >&2) \
-    || die "dpkg-source -x $(basename "$dsc") failed"
-  src="$BUILD_DIR/src"
-  [[ -f "$src/build/root/Makefile" || -f "$src/Makefile" ]] || die "unpacked tree has no Makefile"
-
-  # reflect2 1.0.1 (vendored) panics under Go >= 1.18; use Debian's fixed copies.
-  log "replacing vendored modern-go/reflect2 and json-iterator/go with Debian's copies"
-  rsync -a --copy-links --delete "$reflect2_src/" "$src/vendor/github.com/modern-go/reflect2/" >&2 \
-    || die "rsync reflect2 failed"
-  rsync -a --copy-links --delete "$jsoniter_src/" "$src/vendor/github.com/json-iterator/go/" >&2 \
-    || die "rsync json-iterator failed"
-  rm -f "$src/vendor/github.com/modern-go/reflect2/go.mod" "$src/vendor/github.com/modern-go/reflect2/go.sum" \
-    "$src/vendor/github.com/json-iterator/go/go.mod" "$src/vendor/github.com/json-iterator/go/go.sum"
-
-  log "building cmd/kube-apiserver ($(go version 2>/dev/null || echo 'go ?')); this takes minutes"
-  (
-    cd "$src"
-    export CGO_ENABLED=0 GOPROXY=off GOFLAGS=-mod=vendor GO111MODULE=on \
-      GOCACHE="$BUILD_DIR/gocache" GOMODCACHE="$BUILD_DIR/gomodcache" GOTOOLCHAIN=local \
-      KUBE_GIT_VERSION="$K8S_VERSION" KUBE_GIT_MAJOR=1 KUBE_GIT_MINOR=20 \
-      KUBE_GIT_TREE_STATE=clean
-    make WHAT=cmd/kube-apiserver >&2
-  ) || die "make WHAT=cmd/kube-apiserver failed (see output above)"
-
-  bin="$(find "$src/_output" -type f -name kube-apiserver -perm -u+x | head -n1)"
-  [[ -n "$bin" ]] || die "build finished but no kube-apiserver binary under _output"
+  kube_fetch_source "$BUILD_DIR"
+  apt_install etcd-server
+  bin="$(kube_make "$KUBE_SRC" cmd/kube-apiserver "$K8S_VERSION")"
   apiserver_ok "$bin" || die "built binary does not report $K8S_VERSION: $("$bin" --version 2>&1 | head -n1)"
   { install -m 0755 "$bin" "$CACHED_BIN.tmp" && mv -f "$CACHED_BIN.tmp" "$CACHED_BIN"; } \
     || die "cannot copy the binary into $CACHE_DIR"
-  cleanup
+  kube_cleanup
   BUILD_DIR=""
   end="$(date +%s)"
   log "built $CACHED_BIN in $((end - start)) s"

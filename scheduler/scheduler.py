@@ -468,12 +468,11 @@ class Scheduler:
         feasible = outcome.feasible
         if len(feasible) == 0:
             node_to_status = outcome.diagnose()
-            errors = [s for s in node_to_status.values() if s.code == Code.ERROR]
-            if errors:
-                raise _CycleError(errors[0])
+            error = node_to_status.first_error()
+            if error is not None:
+                raise _CycleError(error)
             diagnosis = Diagnosis(
-                node_to_status=node_to_status,
-                unschedulable_plugins={s.plugin for s in node_to_status.values() if s.plugin},
+                node_to_status=node_to_status, unschedulable_plugins=node_to_status.plugins()
             )
             self._post_filter(fwk, state, pod, diagnosis)
             raise FitError(pod, num_nodes, diagnosis)

@@ -190,6 +190,25 @@ class BatchFilterPlugin(Protocol):
         ...
 
 
+@runtime_checkable
+class FilterReasonsPlugin(Protocol):
+    """A whole-cluster filter that can also say, in one pass, why its mask rejected nodes.
+
+    Optional: the runtime asks it only to diagnose a pod that fits nowhere, so that the
+    FitError message costs a numpy pass rather than one ``filter`` call per node.
+    """
+
+    name: str
+
+    def filter_reasons(
+        self, state: CycleState, pod: Pod, snapshot: Snapshot, slots: IntArray
+    ) -> tuple[IntArray, Sequence[Status]]:
+        """``(codes, statuses)``: ``statuses[codes[i]]`` is what ``filter`` returns for the node
+        in ``slots[i]`` (which this plugin's mask rejected); a code of -1 means "ask ``filter``
+        for that node". Equivalent to calling ``filter`` on each node (a tested invariant)."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class PostFilterResult:
     nominated_node: str = ""

@@ -25,7 +25,14 @@ from scheduler.framework import interfaces as api
 from scheduler.framework.cycle_state import CycleState
 from scheduler.framework.events import ClusterEvent
 from scheduler.framework.status import Code, Status
-from scheduler.framework.types import BoolArray, IntArray, NodeInfo, Snapshot
+from scheduler.framework.types import (
+    BoolArray,
+    IntArray,
+    NodeInfo,
+    NodeStatuses,
+    Snapshot,
+    StatusGroup,
+)
 
 # Which protocol a plugin must implement to be enabled at each extension point.
 _PROTOCOLS: dict[str, type] = {
@@ -95,12 +102,16 @@ class FilterOutcome:
 
     ``feasible`` holds the slots found feasible (at most the number asked for), in the order
     they were found; ``processed`` how many nodes were looked at (kube's rotation step);
-    ``diagnose`` builds the per-node statuses of the rejected nodes, on demand only.
+    ``diagnose`` builds the statuses of the rejected nodes, on demand only.
     """
 
     feasible: IntArray
     processed: int
-    diagnose: Callable[[], dict[str, Status]]
+    diagnose: Callable[[], NodeStatuses]
+
+
+def _constant(statuses: NodeStatuses) -> Callable[[], NodeStatuses]:
+    return lambda: statuses
 
 
 def _code_label(status: Status | None) -> str:
@@ -339,7 +350,9 @@ class Framework:
         order = snapshot.live_slots()
         n = len(order)
         if n == 0:
-            return FilterOutcome(np.empty(0, dtype=np.int64), 0, dict)
+            return FilterOutcome(
+                np.empty(0, dtype=np.int64), 0, lambda: NodeStatuses(snapshot, {})
+            )
         if start_index:
             order = np.roll(order, -(start_index % n))
         masks: list[tuple[Any, BoolArray]] = []
@@ -356,7 +369,9 @@ class Framework:
                 # A whole-cluster plugin error fails every node, like per-node errors would.
                 failed = {info.name: m for info in snapshot.node_infos()}
                 self._observe("filter", m, t0)
-                return FilterOutcome(np.empty(0, dtype=np.int64), n, failed.copy)
+                return FilterOutcome(
+                    np.empty(0, dtype=np.int64), n, _constant(NodeStatuses(snapshot, failed))
+                )
             masks.append((plugin, m))
             mask = m.copy() if mask is None else np.logical_and(mask, m, out=mask)
         ordered_ok = mask[order] if mask is not None else np.ones(n, dtype=bool)
@@ -392,25 +407,65 @@ class Framework:
             feasible = np.asarray(found, dtype=np.int64)
         self._observe("filter", None, t0)
 
-        def diagnose() -> dict[str, Status]:
-            out = dict(per_node_statuses)
-            for plugin, m in masks:
-                for slot in np.flatnonzero(~m[: snapshot.size] & snapshot.live[: snapshot.size]):
-                    info = snapshot.info(int(slot))
-                    if info.name in out:
-                        continue
-                    status = self._call(state, "filter", plugin, plugin.filter, state, pod, info)
-                    if status is None or status.is_success:
-                        # The two forms disagree: report it rather than hide the node.
-                        status = Status(
-                            Code.ERROR,
-                            (f"{plugin.name}: whole-cluster and per-node filters disagree",),
-                            plugin=plugin.name,
-                        )
-                    out[info.name] = status
-            return out
+        def diagnose() -> NodeStatuses:
+            return self._diagnose(state, pod, snapshot, masks, per_node_statuses)
 
         return FilterOutcome(feasible, processed, diagnose)
+
+    def _diagnose(
+        self,
+        state: CycleState,
+        pod: Pod,
+        snapshot: Snapshot,
+        masks: Sequence[tuple[Any, BoolArray]],
+        per_node_statuses: dict[str, Status],
+    ) -> NodeStatuses:
+        """Why every live node was rejected, from the masks the Filter phase computed.
+
+        A node's status is the first rejecting filter's, in plugin order, as if the filters
+        had run node by node: the per-node ones first (they ran only where every mask
+        allowed), then each mask's newly rejected nodes. A plugin with ``filter_reasons``
+        explains its nodes in one pass; otherwise (or where it declines) ``filter`` runs on each.
+        """
+        size = snapshot.size
+        pending = snapshot.live[:size].copy()
+        for name in per_node_statuses:
+            pending[snapshot.index[name]] = False
+        groups: list[StatusGroup] = []
+        for plugin, m in masks:
+            rejected = np.flatnonzero(pending & ~m[:size])
+            if not len(rejected):
+                continue
+            pending[rejected] = False
+            codes, table = self._filter_reasons(state, plugin, pod, snapshot, rejected)
+            for i in np.flatnonzero(codes < 0).tolist():
+                info = snapshot.info(int(rejected[i]))
+                status = self._call(state, "filter", plugin, plugin.filter, state, pod, info)
+                if status is None or status.is_success:
+                    # The two forms disagree: report it rather than hide the node.
+                    status = Status(
+                        Code.ERROR,
+                        (f"{plugin.name}: whole-cluster and per-node filters disagree",),
+                        plugin=plugin.name,
+                    )
+                codes[i] = len(table)
+                table.append(status)
+            groups.append((rejected, codes, table))
+        return NodeStatuses(snapshot, dict(per_node_statuses), groups)
+
+    def _filter_reasons(
+        self, state: CycleState, plugin: Any, pod: Pod, snapshot: Snapshot, slots: IntArray
+    ) -> tuple[IntArray, list[Status]]:
+        """The plugin's one-pass reasons for ``slots`` (stamped), or all -1 ("ask filter")."""
+        if isinstance(plugin, api.FilterReasonsPlugin):
+            try:
+                codes, statuses = plugin.filter_reasons(state, pod, snapshot, slots)
+                out = np.asarray(codes, dtype=np.int64).copy()
+                if out.shape == slots.shape and int(out.max(initial=-1)) < len(statuses):
+                    return out, [s.with_plugin(plugin.name) for s in statuses]
+            except Exception:  # fall back to the per-node form, which reports errors itself
+                pass
+        return np.full(len(slots), -1, dtype=np.int64), []
 
     def _batch_call(
         self, state: CycleState, plugin: Any, snapshot: Snapshot, pod: Pod

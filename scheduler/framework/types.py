@@ -21,7 +21,7 @@ Invariants:
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import overload
 
@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from apis.core import CPU, MEMORY, Node, Pod
-from scheduler.framework.status import Status
+from scheduler.framework.status import Code, Status
 
 PodInfo = Pod
 """A pod as the framework sees it: our decoded record, requests precomputed."""
@@ -312,11 +312,103 @@ class SlotNodes(Sequence[NodeInfo]):
 NO_NODES_AVAILABLE = "no nodes available to schedule pods"
 
 
+StatusGroup = tuple[IntArray, IntArray, Sequence[Status]]
+"""``(slots, codes, statuses)``: the node in ``slots[i]`` failed with ``statuses[codes[i]]``."""
+
+
+class NodeStatuses(Mapping[str, Status]):
+    """The rejected nodes of one attempt and why, grouped as the Filter phase found them.
+
+    ``named`` holds statuses found node by node; each group holds the nodes one whole-cluster
+    filter rejected, as arrays of slots and status codes into a small table of statuses. The
+    FitError message (``reason_counts``), the rejecting plugins and the first error are read
+    from the groups in a numpy pass; the name -> status dict is built only when the mapping is
+    read (a PostFilter plugin), which must happen within the scheduling cycle (slots are
+    resolved to names against the snapshot, which changes only between cycles).
+
+    Order, as a dict would iterate: ``named`` first, then the groups, each in slot order.
+    """
+
+    __slots__ = ("_dict", "_groups", "_named", "_snapshot")
+
+    def __init__(
+        self, snapshot: Snapshot, named: dict[str, Status], groups: Sequence[StatusGroup] = ()
+    ) -> None:
+        self._snapshot = snapshot
+        self._named = named
+        self._groups = list(groups)
+        self._dict: dict[str, Status] | None = None if self._groups else named
+
+    def _materialize(self) -> dict[str, Status]:
+        if self._dict is None:
+            out = dict(self._named)
+            for slots, codes, table in self._groups:
+                for slot, code in zip(slots.tolist(), codes.tolist(), strict=True):
+                    out[self._snapshot.info(slot).name] = table[code]
+            self._dict = out
+        return self._dict
+
+    def __getitem__(self, name: str) -> Status:
+        return self._materialize()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._materialize())
+
+    def __len__(self) -> int:
+        return len(self._named) + sum(len(slots) for slots, _, _ in self._groups)
+
+    def _used(self) -> Iterator[tuple[Status, int]]:
+        """Every status with the number of nodes it stands for (statuses may repeat)."""
+        for status in self._named.values():
+            yield status, 1
+        for _, codes, table in self._groups:
+            counts = np.bincount(codes, minlength=len(table)).tolist()
+            for status, n in zip(table, counts, strict=False):
+                if n:
+                    yield status, n
+
+    def reason_counts(self) -> dict[str, int]:
+        """Reason -> number of nodes that gave it (the FitError message's figures)."""
+        counts: dict[str, int] = {}
+        for status, n in self._used():
+            for reason in status.reasons:
+                counts[reason] = counts.get(reason, 0) + n
+        return counts
+
+    def plugins(self) -> set[str]:
+        """The plugins that rejected at least one node."""
+        return {status.plugin for status, _ in self._used() if status.plugin}
+
+    def first_error(self) -> Status | None:
+        """The first Error status in iteration order, if any node failed with one."""
+        for status in self._named.values():
+            if status.code == Code.ERROR:
+                return status
+        for _, codes, table in self._groups:
+            bad = [i for i, status in enumerate(table) if status.code == Code.ERROR]
+            if bad:
+                hits = np.flatnonzero(np.isin(codes, bad))
+                if len(hits):
+                    return table[int(codes[hits[0]])]
+        return None
+
+
+def reason_counts(node_to_status: Mapping[str, Status]) -> dict[str, int]:
+    """Reason -> number of nodes that gave it."""
+    if isinstance(node_to_status, NodeStatuses):
+        return node_to_status.reason_counts()
+    counts: dict[str, int] = {}
+    for status in node_to_status.values():
+        for reason in status.reasons:
+            counts[reason] = counts.get(reason, 0) + 1
+    return counts
+
+
 @dataclass(slots=True)
 class Diagnosis:
     """Why a pod fits nowhere: per-node statuses, or the PreFilter message that stands alone."""
 
-    node_to_status: dict[str, Status] = field(default_factory=dict)
+    node_to_status: Mapping[str, Status] = field(default_factory=dict)
     unschedulable_plugins: set[str] = field(default_factory=set)
     pre_filter_msg: str = ""
     post_filter_msg: str = ""
@@ -347,10 +439,7 @@ def fit_error_message(num_all_nodes: int, diagnosis: Diagnosis) -> str:
     if diagnosis.pre_filter_msg:
         msg += f" {diagnosis.pre_filter_msg}."
     else:
-        counts: dict[str, int] = {}
-        for status in diagnosis.node_to_status.values():
-            for reason in status.reasons:
-                counts[reason] = counts.get(reason, 0) + 1
+        counts = reason_counts(diagnosis.node_to_status)
         items = sorted(f"{n} {reason}" for reason, n in counts.items())
         if items:
             msg += f" {', '.join(items)}."

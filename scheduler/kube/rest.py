@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -260,6 +261,25 @@ class _Urllib3Stream:
             self._resp.release_conn()
 
 
+def _shared_context(creds: Credentials) -> ssl.SSLContext:
+    """One TLS context for every pooled connection.
+
+    Without it urllib3 builds a context per new connection and loads the system CA store into
+    it (~ms of CPU each; B2's profile showed it at 4 % of the scheduler's busy time while the
+    bind workers opened their connections). The CA file/data and client certificate are still
+    passed to urllib3 as before, which loads them into this context.
+    """
+    verify = creds.verify_ssl
+    ctx = urllib3.util.ssl_.create_urllib3_context(
+        cert_reqs=ssl.CERT_REQUIRED if verify else ssl.CERT_NONE
+    )
+    if not verify:
+        ctx.check_hostname = False
+    elif not (creds.ca_file or creds.ca_data):
+        ctx.load_default_certs()
+    return ctx
+
+
 class Urllib3Transport:
     """HTTPS to one API server through a pooled urllib3 ``PoolManager``."""
 
@@ -283,6 +303,8 @@ class Urllib3Transport:
                 kwargs["cert_file"] = creds.cert_file
             if creds.key_file:
                 kwargs["key_file"] = creds.key_file
+        if creds.host.startswith("https://"):
+            kwargs["ssl_context"] = _shared_context(creds)
         self._pool = urllib3.PoolManager(**kwargs)
 
     def request(

@@ -530,6 +530,18 @@ class NodeAffinity:
             _remember(self._masks, required, mask)
         return mask.copy()
 
+    def filter_reasons(
+        self, state: CycleState, pod: Pod, snapshot: Snapshot, slots: IntArray
+    ) -> tuple[IntArray, Sequence[Status]]:
+        """The scheduler-enforced affinity first (as ``filter``), else the pod's own."""
+        statuses = [unresolvable(ERR_REASON_ENFORCED), unresolvable(ERR_REASON_POD)]
+        if self._added_required is None:
+            return np.ones(len(slots), np.int64), statuses
+        added = self._added_mask
+        if added is None or len(added) < snapshot.size:
+            return np.full(len(slots), -1, np.int64), []
+        return np.where(added[slots], 1, 0).astype(np.int64), statuses
+
     # -- PreScore / Score ----------------------------------------------------------------------
 
     def pre_score(self, state: CycleState, pod: Pod, nodes: Sequence[NodeInfo]) -> Status | None:

@@ -18,7 +18,7 @@ from apis.core import Pod
 from scheduler.framework.cycle_state import CycleState
 from scheduler.framework.events import NODE_ADD, NODE_UPDATE, ClusterEvent
 from scheduler.framework.status import Status, unresolvable
-from scheduler.framework.types import BoolArray, NodeInfo, Snapshot
+from scheduler.framework.types import BoolArray, IntArray, NodeInfo, Snapshot
 
 __all__ = ["ERR_REASON", "NodeName"]
 
@@ -47,3 +47,9 @@ class NodeName:
         if slot is not None:
             mask[slot] = True
         return mask
+
+    def filter_reasons(
+        self, state: CycleState, pod: Pod, snapshot: Snapshot, slots: IntArray
+    ) -> tuple[IntArray, Sequence[Status]]:
+        """Every node the mask rejected is another node than the pod's: one reason for all."""
+        return np.zeros(len(slots), np.int64), [unresolvable(ERR_REASON)]

@@ -275,6 +275,36 @@ class NodeResourcesFit:
             mask &= free >= min(amount, _INT64_MAX)
         return mask
 
+    def filter_reasons(
+        self, state: CycleState, pod: Pod, snapshot: Snapshot, slots: IntArray
+    ) -> tuple[IntArray, Sequence[Status]]:
+        """``filter``'s reasons for every slot in one pass: one status per distinct set."""
+        fit = self._pod_fit(state)
+        names = [REASON_TOO_MANY_PODS]
+        cols = [snapshot.pod_count[slots] >= snapshot.allocatable(PODS)[slots]]
+        for r, amount in fit.checks:
+            free = snapshot.allocatable(r)[slots] - snapshot.requested(r)[slots]
+            names.append(f"Insufficient {r}")
+            cols.append(free < min(amount, _INT64_MAX))
+        if len(cols) <= 62:  # one int per node: a 1-D unique instead of a row-wise one
+            bits = np.zeros(len(slots), np.int64)
+            for i, col in enumerate(cols):
+                bits |= col.astype(np.int64) << i
+            sets_bits, inverse = np.unique(bits, return_inverse=True)
+            rows = [[bool(b >> i & 1) for i in range(len(cols))] for b in sets_bits.tolist()]
+        else:
+            sets, inverse = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
+            rows = sets.tolist()
+        remap = np.full(len(rows), -1, np.int64)  # -1: no reason, let ``filter`` say why
+        statuses: list[Status] = []
+        for i, row in enumerate(rows):
+            reasons = [name for name, hit in zip(names, row, strict=True) if hit]
+            if reasons:
+                remap[i] = len(statuses)
+                statuses.append(unschedulable(*reasons))
+        codes: IntArray = remap[inverse.reshape(-1)]
+        return codes, statuses
+
     # -- PreScore / Score ----------------------------------------------------------------------
 
     def _score_requests(self, pod: Pod) -> tuple[int, ...]:

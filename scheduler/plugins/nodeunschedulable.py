@@ -20,7 +20,7 @@ from apis.core import Pod, Taint, Toleration
 from scheduler.framework.cycle_state import CycleState
 from scheduler.framework.events import NODE_ADD, NODE_UPDATE, ClusterEvent
 from scheduler.framework.status import Status, unresolvable
-from scheduler.framework.types import BoolArray, NodeInfo, Snapshot
+from scheduler.framework.types import BoolArray, IntArray, NodeInfo, Snapshot
 
 __all__ = ["ERR_REASON_UNSCHEDULABLE", "TAINT_NODE_UNSCHEDULABLE", "NodeUnschedulable"]
 
@@ -72,6 +72,12 @@ class NodeUnschedulable:
         if tolerates_unschedulable(pod):
             return np.ones(snapshot.size, dtype=bool)
         return ~self._cordoned_column(snapshot)
+
+    def filter_reasons(
+        self, state: CycleState, pod: Pod, snapshot: Snapshot, slots: IntArray
+    ) -> tuple[IntArray, Sequence[Status]]:
+        """Every node the mask rejected is cordoned: one reason for all."""
+        return np.zeros(len(slots), np.int64), [unresolvable(ERR_REASON_UNSCHEDULABLE)]
 
     def _cordoned_column(self, snapshot: Snapshot) -> BoolArray:
         key = (snapshot.node_generation, snapshot.size)

@@ -125,6 +125,12 @@ class TaintToleration:
             self._remember(self._masks, key, mask)
         return mask.copy()
 
+    def filter_reasons(
+        self, state: CycleState, pod: Pod, snapshot: Snapshot, slots: IntArray
+    ) -> tuple[IntArray, Sequence[Status]]:
+        """Every node the mask rejected has an untolerated taint: one reason for all."""
+        return np.zeros(len(slots), np.int64), [unresolvable(ERR_REASON_UNTOLERATED)]
+
     # -- Score ---------------------------------------------------------------------------------
 
     def pre_score(self, state: CycleState, pod: Pod, nodes: Sequence[NodeInfo]) -> Status | None:

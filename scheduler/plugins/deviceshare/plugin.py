@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -45,7 +45,7 @@ from apis.core import Pod
 from apis.gpushare import bind_annotations as gpushare_bind_annotations
 from apis.resources import DEVICE_GPU
 from scheduler.devices import ledger_of
-from scheduler.devices.allocator import allocate, feasible_rows
+from scheduler.devices.allocator import allocate, feasible_rows, insufficient
 from scheduler.devices.ledger import NodeDeviceLedger
 from scheduler.devices.request import (
     GPU_MEMORY_INDEX,
@@ -68,7 +68,7 @@ from scheduler.framework.events import (
     ClusterEvent,
 )
 from scheduler.framework.interfaces import Handle, PreFilterExtensions
-from scheduler.framework.status import SKIP, Status, error, unresolvable
+from scheduler.framework.status import SKIP, Status, error, unresolvable, unschedulable
 from scheduler.framework.types import BoolArray, IntArray, NodeInfo, Snapshot
 from scheduler.plugins.deviceshare.args import DeviceShareArgs
 
@@ -256,6 +256,45 @@ class DeviceShare:
             if slot is not None and slot < size:
                 mask[slot] = not isinstance(self._evaluate(entry, request, name), Status)
         return mask
+
+    def filter_reasons(
+        self, state: CycleState, pod: Pod, snapshot: Snapshot, slots: IntArray
+    ) -> tuple[IntArray, Sequence[Status]]:
+        """Why ``allocate`` fails on each of ``slots``, in one pass for plain requests: the first
+        type the node has no card of (Unresolvable), else the first type without enough
+        fitting cards (Unschedulable), as ``allocate`` checks them. -1 for hinted or joint
+        requests and for nodes with pods removed in this cycle (``filter`` answers those)."""
+        codes = np.full(len(slots), -1, np.int64)
+        entry = self._entry(state)
+        request = entry.request
+        if request is None or not request.vectorizable:
+            return codes, []
+        rows = self._slot_rows(snapshot)[slots]
+        n = self.ledger.n_rows
+        statuses: list[Status] = []
+        undecided = np.ones(len(slots), bool)
+
+        def assign(hit: BoolArray, status: Status) -> None:
+            if hit.any():
+                codes[hit] = len(statuses)
+                statuses.append(status)
+
+        for treq in request.types:
+            has = np.zeros(n + 1, bool)
+            has[:n] = self.ledger.table(treq.device_type).exists[:n].any(axis=1)
+            hit = undecided & ~has[rows]
+            assign(hit, unresolvable(insufficient(treq.device_type)))
+            undecided &= ~hit
+        for treq in request.types:
+            fits = feasible_rows(self.ledger, replace(request, types=(treq,)))
+            hit = undecided & ~fits[rows]
+            assign(hit, unschedulable(insufficient(treq.device_type)))
+            undecided &= ~hit
+        for name in entry.removed:
+            slot = snapshot.index.get(name)
+            if slot is not None:
+                codes[slots == slot] = -1
+        return codes, statuses
 
     # -- Score --------------------------------------------------------------------------------
 

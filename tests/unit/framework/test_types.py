@@ -1,4 +1,4 @@
-"""FitError message (golden), Snapshot bookkeeping."""
+"""FitError message (golden), the grouped node statuses, Snapshot bookkeeping."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from apis.core import decode_node, decode_pod
 from scheduler.framework.status import Code, Status, unresolvable, unschedulable
-from scheduler.framework.types import Diagnosis, Snapshot, fit_error_message
+from scheduler.framework.types import Diagnosis, NodeStatuses, Snapshot, fit_error_message
 
 
 @pytest.mark.parametrize(
@@ -61,6 +61,59 @@ from scheduler.framework.types import Diagnosis, Snapshot, fit_error_message
 )
 def test_fit_error_message(num_nodes: int, diagnosis: Diagnosis, expected: str) -> None:
     assert fit_error_message(num_nodes, diagnosis) == expected
+
+
+def _grouped() -> tuple[NodeStatuses, dict[str, Status]]:
+    """Five nodes as the runtime groups them, and the same as a plain dict."""
+    snap = Snapshot()
+    for n in ("a", "b", "c", "d", "e"):
+        snap.set_node(decode_node({"metadata": {"name": n}}))
+    affinity = unresolvable("node(s) didn't match Pod's node affinity/selector").with_plugin("NA")
+    gpu = unschedulable("Insufficient gpu devices").with_plugin("DS")
+    both = unschedulable("Insufficient cpu", "Insufficient memory").with_plugin("Fit")
+    slow = Status(Code.ERROR, ("boom",), plugin="DS")
+    grouped = NodeStatuses(
+        snap,
+        {"c": both},
+        [
+            (np.array([0, 1]), np.array([0, 0]), [affinity]),
+            (np.array([3, 4]), np.array([1, 1]), [slow, gpu]),
+        ],
+    )
+    return grouped, {"c": both, "a": affinity, "b": affinity, "d": gpu, "e": gpu}
+
+
+def test_grouped_statuses_read_like_the_dict() -> None:
+    grouped, plain = _grouped()
+    assert len(grouped) == 5
+    assert list(grouped.items()) == list(plain.items())  # same order as the per-node dict
+    assert grouped.plugins() == {"NA", "DS", "Fit"}  # the unused error status is not counted
+    assert grouped.first_error() is None
+    assert fit_error_message(5, Diagnosis(node_to_status=grouped)) == fit_error_message(
+        5, Diagnosis(node_to_status=plain)
+    )
+    assert fit_error_message(5, Diagnosis(node_to_status=grouped)) == (
+        "0/5 nodes are available: 1 Insufficient cpu, 1 Insufficient memory, "
+        "2 Insufficient gpu devices, 2 node(s) didn't match Pod's node affinity/selector."
+    )
+
+
+def test_grouped_first_error_in_dict_order() -> None:
+    snap = Snapshot()
+    for n in ("a", "b", "c"):
+        snap.set_node(decode_node({"metadata": {"name": n}}))
+    first = Status(Code.ERROR, ("first",), plugin="X")
+    second = Status(Code.ERROR, ("second",), plugin="Y")
+    ok = unschedulable("nope").with_plugin("X")
+    grouped = NodeStatuses(
+        snap,
+        {},
+        [
+            (np.array([0, 1]), np.array([1, 0]), [first, ok]),
+            (np.array([2]), np.array([0]), [second]),
+        ],
+    )
+    assert grouped.first_error() is first
 
 
 def _node(name: str, cpu: str = "4") -> dict[str, object]:

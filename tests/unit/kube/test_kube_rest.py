@@ -1,15 +1,26 @@
-"""scheduler.kube.rest: headers, JSON, error mapping, rate limit, watch stream decoding."""
+"""scheduler.kube.rest: headers, JSON, error mapping, rate limit, watch stream decoding, and the
+HTTPS transport against a real TLS server on loopback (one shared TLS context per transport)."""
 
 from __future__ import annotations
+
+import ssl
+import subprocess
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
 from scheduler.kube.ratelimit import TokenBucket
 from scheduler.kube.rest import (
     ApiError,
+    Credentials,
     RawResponse,
     RestClient,
     TransportError,
+    Urllib3Transport,
     WatchStream,
     path_segment,
 )
@@ -140,3 +151,79 @@ def test_watch_non_200_raises_with_the_status_body() -> None:
 
 def test_path_segment_escapes() -> None:
     assert path_segment("a/b c") == "a%2Fb%20c"
+
+
+# -- the HTTPS transport against a real TLS server -------------------------------------------
+
+
+def _self_signed(directory: Path, name: str) -> tuple[Path, Path]:
+    key, crt = directory / f"{name}.key", directory / f"{name}.crt"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(crt), "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return key, crt
+
+
+class _Ok(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, so the pool reuses connections
+
+    def do_GET(self) -> None:
+        body = b'{"ok":true}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, Path]]:
+    """(url, its certificate, another certificate) of an HTTPS server on 127.0.0.1."""
+    d = tmp_path_factory.mktemp("tls")
+    key, crt = _self_signed(d, "server")
+    _, other = _self_signed(d, "other")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Ok)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(crt, key)
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"https://127.0.0.1:{server.server_address[1]}", crt, other
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("verify", "ca"),
+    [
+        pytest.param(False, None, id="insecure-skip-verify"),
+        pytest.param(True, "server", id="pinned-ca-file"),
+    ],
+)
+def test_https_connections_share_one_tls_context(
+    tls_server: tuple[str, Path, Path], verify: bool, ca: str | None
+) -> None:
+    url, crt, _ = tls_server
+    creds = Credentials(host=url, verify_ssl=verify, ca_file=str(crt) if ca else None)
+    transport = Urllib3Transport(creds, pool_size=8)
+    with ThreadPoolExecutor(8) as pool:  # concurrent requests open several connections
+        answers = list(
+            pool.map(lambda _: transport.request("GET", "/x", {}, None, 10.0), range(32))
+        )
+    assert {(a.status, a.body) for a in answers} == {(200, b'{"ok":true}')}
+    conn_pool = transport._pool.connection_from_url(url)
+    contexts = {id(c.sock.context) for c in list(conn_pool.pool.queue) if c is not None and c.sock}
+    assert contexts == {id(transport._pool.connection_pool_kw["ssl_context"])}
+
+
+def test_https_with_the_wrong_ca_is_a_transport_error(tls_server: tuple[str, Path, Path]) -> None:
+    url, _, other = tls_server
+    transport = Urllib3Transport(Credentials(host=url, ca_file=str(other)), pool_size=2)
+    with pytest.raises(TransportError):
+        transport.request("GET", "/x", {}, None, 10.0)

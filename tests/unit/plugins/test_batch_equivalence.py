@@ -2,8 +2,11 @@
 
 For every plugin with ``filter_nodes`` the mask agrees with ``filter(...) is None`` on every
 live slot, and for every plugin with ``score_nodes`` the raw (unnormalized) scores equal
-``score(...)``. Clusters have at most 40 nodes, dead slots (deleted nodes, pods on unknown
-nodes), and are mutated between two rounds so cached masks must follow ``node_generation``.
+``score(...)``; where a plugin explains its rejections in one pass (``filter_reasons``) each
+explained node's status equals ``filter``'s. The runtime's diagnosis built from the masks equals
+the per-node one (every filter node by node, first rejection wins), FitError message included.
+Clusters have at most 40 nodes, dead slots (deleted nodes, pods on unknown nodes), and are
+mutated between two rounds so cached masks must follow ``node_generation``.
 """
 
 from __future__ import annotations
@@ -19,11 +22,19 @@ from apis.checkpoint import PodDeviceEntry, encode_devices_checkpoints
 from apis.core import Pod
 from apis.device import ANNOTATION_DEVICES_CHECKPOINTS, Device
 from apis.quantity import Quantity, int_value
+from scheduler.config import PluginRef, Plugins, PluginSet, Profile
 from scheduler.devices import NodeDeviceLedger
 from scheduler.framework.cycle_state import CycleState
-from scheduler.framework.interfaces import BatchFilterPlugin, BatchScorePlugin, Handle
-from scheduler.framework.status import Code
-from scheduler.framework.types import Snapshot
+from scheduler.framework.interfaces import (
+    BatchFilterPlugin,
+    BatchScorePlugin,
+    FilterReasonsPlugin,
+    Handle,
+    PluginFactory,
+)
+from scheduler.framework.runtime import Framework
+from scheduler.framework.status import Code, Status
+from scheduler.framework.types import Diagnosis, Snapshot, fit_error_message
 from scheduler.plugins.gpufragmentation import GPUFragmentation
 from scheduler.plugins.gpufragmentation.args import parse_args as frag_args
 from scheduler.plugins.nodeaffinity import NodeAffinity
@@ -32,12 +43,14 @@ from scheduler.plugins.nodename import NodeName
 from scheduler.plugins.noderesources import NodeResourcesFit
 from scheduler.plugins.noderesources import parse_args as fit_args
 from scheduler.plugins.nodeunschedulable import NodeUnschedulable
+from scheduler.plugins.prioritysort import PrioritySort
 from scheduler.plugins.tainttoleration import TaintToleration
 from tests.builders import (
     ManualClock,
     NodeBuilder,
     PodBuilder,
     RecordingClient,
+    make_handle,
     make_node,
     make_pod,
 )
@@ -211,6 +224,15 @@ def _check(plugins: list[Any], pod: Pod, snapshot: Snapshot) -> None:
             for info in infos:
                 status = plugin.filter(state, pod, info)
                 assert bool(mask[info.slot]) is (status is None), (plugin.name, info.name, status)
+            if isinstance(plugin, FilterReasonsPlugin):
+                rejected = slots[~mask[slots]]
+                codes, statuses = plugin.filter_reasons(state, pod, snapshot, rejected)
+                assert codes.shape == rejected.shape
+                for slot, code in zip(rejected.tolist(), codes.tolist(), strict=True):
+                    want = plugin.filter(state, pod, snapshot.info(slot))
+                    assert want is not None and code >= 0, (plugin.name, slot)
+                    got = statuses[code]
+                    assert (got.code, got.reasons) == (want.code, want.reasons), plugin.name
         if isinstance(plugin, BatchScorePlugin):
             pre_score = (
                 plugin.pre_score(state, pod, infos) if hasattr(plugin, "pre_score") else None
@@ -267,9 +289,17 @@ FRAG_SHAPES = [
 
 
 def _gpu_card(minor: int, memory: str, healthy: bool) -> dict[str, Any]:
-    return {"type": "gpu", "id": f"GPU-{minor}", "minor": minor, "health": healthy,
-            "resources": {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": memory,
-                          "koordinator.sh/gpu-memory-ratio": "100"}}
+    return {
+        "type": "gpu",
+        "id": f"GPU-{minor}",
+        "minor": minor,
+        "health": healthy,
+        "resources": {
+            "koordinator.sh/gpu-core": "100",
+            "koordinator.sh/gpu-memory": memory,
+            "koordinator.sh/gpu-memory-ratio": "100",
+        },
+    }
 
 
 @st.composite
@@ -293,23 +323,47 @@ def gpu_clusters(draw: st.DrawFn) -> tuple[Snapshot, Any]:
         held = draw(st.frozensets(st.integers(0, n_cards - 1), max_size=2))
         annotations = {}
         if held:
-            entries = [PodDeviceEntry("k", "c", "nvidia.com/gpu",
-                                      tuple(f"GPU-{m}" for m in sorted(held)))]
+            entries = [
+                PodDeviceEntry("k", "c", "nvidia.com/gpu", tuple(f"GPU-{m}" for m in sorted(held)))
+            ]
             annotations[ANNOTATION_DEVICES_CHECKPOINTS] = encode_devices_checkpoints(entries)
-        ledger.set_device(Device.from_dict({
-            "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Device",
-            "metadata": {"name": name, "annotations": annotations},
-            "spec": {"devices": [_gpu_card(m, memory, m not in sick) for m in range(n_cards)]},
-        }))
+        ledger.set_device(
+            Device.from_dict(
+                {
+                    "apiVersion": "scheduling.koordinator.sh/v1alpha1",
+                    "kind": "Device",
+                    "metadata": {"name": name, "annotations": annotations},
+                    "spec": {
+                        "devices": [_gpu_card(m, memory, m not in sick) for m in range(n_cards)]
+                    },
+                }
+            )
+        )
         bytes_ = int_value(Quantity.parse(memory))
         for j in range(draw(st.integers(0, 6))):
             minor = draw(st.integers(0, n_cards - 1))
             core, ratio = draw(st.integers(1, 40)), draw(st.integers(1, 40))
-            allocation = encode_allocations({"gpu": [DeviceAllocation.from_ints(minor, {
-                "koordinator.sh/gpu-core": core, "koordinator.sh/gpu-memory-ratio": ratio,
-                "koordinator.sh/gpu-memory": ratio * bytes_ // 100})]})
-            pod = (make_pod(f"{name}-{j}").req(cpu=str(draw(st.integers(0, 4)))).node(name)
-                   .annotation("scheduling.koordinator.sh/device-allocated", allocation).build())
+            allocation = encode_allocations(
+                {
+                    "gpu": [
+                        DeviceAllocation.from_ints(
+                            minor,
+                            {
+                                "koordinator.sh/gpu-core": core,
+                                "koordinator.sh/gpu-memory-ratio": ratio,
+                                "koordinator.sh/gpu-memory": ratio * bytes_ // 100,
+                            },
+                        )
+                    ]
+                }
+            )
+            pod = (
+                make_pod(f"{name}-{j}")
+                .req(cpu=str(draw(st.integers(0, 4))))
+                .node(name)
+                .annotation("scheduling.koordinator.sh/device-allocated", allocation)
+                .build()
+            )
             ledger.observe_pod(None, pod)
             if snapshot.get(name) is not None:
                 snapshot.add_pod(name, pod)
@@ -322,24 +376,91 @@ def gpu_clusters(draw: st.DrawFn) -> tuple[Snapshot, Any]:
 @given(data=st.data())
 def test_gpufragmentation_batch_score_equals_per_node_score(data: st.DataObject) -> None:
     snapshot, ledger = data.draw(gpu_clusters())
-    args = frag_args({
-        "strategy": data.draw(st.sampled_from(["FragmentationGradient", "BestFit", "Random"])),
-        "gradient": {
-            "quantization": data.draw(st.sampled_from(["Linear", "Sigmoid"])),
-            "resolution": data.draw(st.sampled_from([1, 10, 100])),
-            "strandedWeight": data.draw(st.sampled_from([0, 1, 0.5])),
-        },
-        "tieBreak": data.draw(st.lists(st.sampled_from(["SmallestNode", "Packing", "FirstFit"]),
-                                       unique=True, max_size=3)),
-        "targetWorkload": {"shapes": FRAG_SHAPES},
-    })
+    args = frag_args(
+        {
+            "strategy": data.draw(st.sampled_from(["FragmentationGradient", "BestFit", "Random"])),
+            "gradient": {
+                "quantization": data.draw(st.sampled_from(["Linear", "Sigmoid"])),
+                "resolution": data.draw(st.sampled_from([1, 10, 100])),
+                "strandedWeight": data.draw(st.sampled_from([0, 1, 0.5])),
+            },
+            "tieBreak": data.draw(
+                st.lists(
+                    st.sampled_from(["SmallestNode", "Packing", "FirstFit"]),
+                    unique=True,
+                    max_size=3,
+                )
+            ),
+            "targetWorkload": {"shapes": FRAG_SHAPES},
+        }
+    )
     plugin = GPUFragmentation(ledger, args, Handle(snapshot, RecordingClient(), ManualClock()))
     infos = list(snapshot.node_infos())
     slots = snapshot.live_slots()
     for _ in range(3):
-        pod = make_pod("pending").req(cpu=str(data.draw(st.integers(0, 8)))).req(
-            data.draw(st.sampled_from(GPU_REQUESTS))).build()
+        pod = (
+            make_pod("pending")
+            .req(cpu=str(data.draw(st.integers(0, 8))))
+            .req(data.draw(st.sampled_from(GPU_REQUESTS)))
+            .build()
+        )
         state = CycleState()
         plugin.pre_filter(state, pod)
         batch = plugin.score_nodes(state, pod, snapshot, slots)
         assert batch.tolist() == [plugin.score(state, pod, i) for i in infos], pod.requests
+
+
+def _framework(plugins: list[Any], snapshot: Snapshot) -> Framework:
+    registry: dict[str, PluginFactory] = {
+        p.name: (lambda args, handle, p=p: p) for p in [*plugins, PrioritySort(), _Binder()]
+    }
+    profile = Profile(
+        scheduler_name="test",
+        plugins=Plugins(
+            queue_sort=PluginSet(enabled=(PluginRef("PrioritySort"),)),
+            pre_filter=PluginSet(
+                enabled=tuple(PluginRef(p.name) for p in plugins if hasattr(p, "pre_filter"))
+            ),
+            filter=PluginSet(enabled=tuple(PluginRef(p.name) for p in plugins)),
+            bind=PluginSet(enabled=(PluginRef("Binder"),)),
+        ),
+    )
+    return Framework(profile, registry, make_handle(snapshot))
+
+
+class _Binder:
+    name = "Binder"
+
+    def bind(self, state: CycleState, pod: Pod, node_name: str) -> Status | None:
+        return None
+
+
+def _key(status: Status | None) -> tuple[Any, ...] | None:
+    return None if status is None else (status.code, status.reasons, status.plugin)
+
+
+def _check_diagnosis(fwk: Framework, pod: Pod, snapshot: Snapshot) -> None:
+    state = CycleState()
+    if fwk.run_pre_filter(state, pod) is not None:
+        return
+    out = fwk.find_feasible(state, pod, snapshot, snapshot.size + 1, 0)
+    per_node = {info.name: fwk.run_filter(state, pod, info) for info in snapshot.node_infos()}
+    want = {name: status for name, status in per_node.items() if status is not None}
+    got = out.diagnose()
+    assert len(got) == len(want)
+    assert {k: _key(v) for k, v in got.items()} == {k: _key(v) for k, v in want.items()}
+    n = snapshot.num_nodes
+    assert fit_error_message(n, Diagnosis(node_to_status=got)) == fit_error_message(
+        n, Diagnosis(node_to_status=dict(want))
+    )
+    assert got.plugins() == {s.plugin for s in want.values()}
+    assert got.first_error() is None  # no plugin here fails with an error on valid input
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_mask_diagnosis_equals_per_node_diagnosis(data: st.DataObject) -> None:
+    snapshot, _ = data.draw(clusters())
+    fwk = _framework(_plugins(data.draw), snapshot)
+    for _ in range(3):
+        _check_diagnosis(fwk, data.draw(pending_pods()), snapshot)

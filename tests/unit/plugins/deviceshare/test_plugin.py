@@ -312,6 +312,20 @@ def test_batch_equals_per_node(ledger: NodeDeviceLedger, pod_spec: tuple[dict[st
         assert bool(mask[slot]) == (plugin.filter(state, pod, node) is None), node.name
     scores = plugin.score_nodes(state, pod, snapshot, slots)
     assert scores.tolist() == [plugin.score(state, pod, snapshot.info(int(s))) for s in slots]
+    # The one-pass reasons of the rejected nodes equal filter's (-1 only where filter must say).
+    rejected = slots[~mask[slots]]
+    codes, statuses = plugin.filter_reasons(state, pod, snapshot, rejected)
+    entry = plugin.entry(state)
+    assert entry is not None and entry.request is not None
+    for slot, code in zip(rejected.tolist(), codes.tolist(), strict=True):
+        node = snapshot.info(slot)
+        want = plugin.filter(state, pod, node)
+        assert want is not None
+        if entry.request.vectorizable and node.name not in entry.removed:
+            assert code >= 0, node.name
+        if code >= 0:
+            got = statuses[code]
+            assert (got.code, got.reasons) == (want.code, want.reasons), node.name
 
 
 # ---------------------------------------------------------------------------------------------
