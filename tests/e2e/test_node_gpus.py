@@ -282,6 +282,9 @@ def test_rbac_manifest_lets_the_hook_read_pods_and_post_events(
     kube = Kube(srv.url, srv.admin_token)
     try:
         kube.ensure_device_crd()
+        # The Namespace is declared once, by config/scheduler or config/overlays/agent.
+        namespace = FAKE_GPUS.parents[1] / "overlays" / "agent" / "namespace.yaml"
+        _apply(admin, yaml.safe_load(namespace.read_text()))
         rbac = FAKE_GPUS.parents[1] / "koordlet" / "rbac.yaml"
         for doc in yaml.safe_load_all(rbac.read_text()):
             _apply(admin, doc)
