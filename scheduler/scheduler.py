@@ -91,6 +91,8 @@ class _NullSchedulerObserver:
 
 
 T = TypeVar("T")
+_NOTHING = Change("Pod")
+"""``_defer_if_binding``'s answer when nothing is to be forwarded now."""
 
 
 @dataclass(slots=True)
@@ -210,6 +212,12 @@ class Scheduler:
         self._io_lock = threading.Lock()
         self._pending_io: set[Future[None]] = set()
         self._next_start_index = 0
+        self._binding: set[str] = set()
+        """UIDs whose bind is in flight (scheduling thread)."""
+        self._deleted_while_binding: set[str] = set()
+        """Of those, the ones whose pod was deleted meanwhile (read by the bind workers)."""
+        self._deferred: dict[str, Change] = {}
+        self._successors: dict[str, Pod] = {}
         self.failures: dict[str, str] = {}
         """Pod key -> the last failure message, for pods still waiting (the simulator's report)."""
         self.cluster.subscribe(self._inbox.put)
@@ -256,8 +264,24 @@ class Scheduler:
             self._apply_pod(change.old, change.new)
         elif change.kind == "Device":
             self.queue.device_changed(change.action)
-        for handler in self._event_handlers:
-            handler(change)
+        forward = self._defer_if_binding(change)
+        if forward is not _NOTHING:
+            for handler in self._event_handlers:
+                handler(forward)
+
+    def _defer_if_binding(self, change: Change) -> Change:
+        """A pod whose bind is in flight leaves the device ledger only after the bind's outcome:
+        an API server that binds by name (v1.20 ignores a Binding's UID) may still put the old
+        incarnation's allocation on a same-name successor, so its cards must not be handed out
+        before the outcome says where the bind landed."""
+        old, new = change.old, change.new
+        if change.kind != "Pod" or old is None or old.uid not in self._binding:
+            return change
+        if new is not None and new.uid == old.uid:
+            return change
+        self._deferred[old.uid] = Change("Pod", old, None)
+        self._deleted_while_binding.add(old.uid)
+        return Change("Pod", None, new) if new is not None else _NOTHING
 
     def _apply_pod(self, old: Pod | None, new: Pod | None) -> None:
         if old is not None and new is not None and old.uid != new.uid:
@@ -435,6 +459,7 @@ class Scheduler:
         else:
             self._binds_queued += 1  # pods waiting on Permit do not count against the bound
         self._in_flight += 1
+        self._binding.add(assumed.uid)
         future = self._binder.submit(self._binding_cycle, fwk, state, qpi, assumed, waiting, start)
         with self._bind_lock:
             self._bind_futures.add(future)
@@ -541,6 +566,8 @@ class Scheduler:
         leadership lost or stopping), "rejected" (a Permit verdict), or "unknown" (uncertain
         and the pod could not be read before the scheduler stopped: keep everything)."""
         if status is None:
+            if assumed.uid in self._deleted_while_binding:
+                return self._where_it_landed(assumed)
             return "bound"
         err = status.error
         if not isinstance(err, BindError):
@@ -569,7 +596,46 @@ class Scheduler:
                 return "failed"
             return "bound" if current.node_name == assumed.node_name else "gone"
 
+    def _where_it_landed(self, assumed: Pod) -> str:
+        """A 201 for a pod deleted while its bind was in flight (worker thread): "successor"
+        when the pod of that name now is another incarnation bound by it (its allocation is
+        ours: hand it to the ledger before the old reservation goes), else "bound"."""
+        pause = RESOLVE_BACKOFF[0]
+        while True:
+            try:
+                current = self.cluster.lookup_pod(assumed)
+            except Exception as exc:
+                log.info("reading a re-created pod's bind target", pod=assumed.key, error=str(exc))
+                if self._closing.wait(pause):
+                    return "unknown"
+                pause = min(RESOLVE_BACKOFF[1], pause * 2)
+                continue
+            if current is not None and current.uid != assumed.uid and current.node_name:
+                self._successors[assumed.uid] = current
+                return "successor"
+            return "bound"
+
     def _finish_binding(self, outcome: _BindOutcome) -> None:
+        uid = outcome.assumed.uid
+        self._binding.discard(uid)
+        successor = self._successors.pop(uid, None)
+        if outcome.resolution == "successor":
+            if successor is not None:
+                change = Change("Pod", None, successor)
+                for handler in self._event_handlers:
+                    handler(change)  # the successor holds the allocation the bind gave it
+            landed = Status(
+                Code.ERROR, (f"the binding landed on a re-created pod {outcome.assumed.key}",)
+            )
+            outcome = dataclasses.replace(outcome, resolution="gone", status=landed)
+        self._finish_binding_outcome(outcome)
+        deferred = self._deferred.pop(uid, None)
+        self._deleted_while_binding.discard(uid)
+        if deferred is not None and outcome.resolution != "unknown":
+            for handler in self._event_handlers:
+                handler(deferred)
+
+    def _finish_binding_outcome(self, outcome: _BindOutcome) -> None:
         self._in_flight -= 1
         fwk, assumed, status = outcome.framework, outcome.assumed, outcome.status
         qpi = outcome.qpi

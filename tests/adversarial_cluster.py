@@ -59,6 +59,9 @@ class AdversarialCluster:
         """When True, ``lookup_pod`` fails: the API server cannot be read."""
         self.gate: threading.Event | None = None
         """When set, binds wait for it (worker threads only) before they reach the truth."""
+        self.ignore_binding_uid = False
+        """Bind whatever pod has the name now, as a v1.20 API server does (it does not check a
+        Binding's ``metadata.uid``): a stale bind lands on a same-name successor."""
         self.truth.subscribe(self._record)
         self.pending.clear()  # the truth starts empty or is "seen" below
         for kind, objects in (
@@ -91,6 +94,10 @@ class AdversarialCluster:
                 raise BindError(f"binding {pod.key}: 500 etcdserver: request timed out")
             if answer == "409":
                 raise BindError(f"binding {pod.key}: 409 Conflict", uncertain=True)
+            if self.ignore_binding_uid:
+                current = self.truth.pods.get(pod.key)
+                if current is not None:
+                    pod = current
             self.truth.bind(pod, node_name, annotations)
             if answer == "lost":
                 raise BindError(f"binding {pod.key}: read timed out", uncertain=True)

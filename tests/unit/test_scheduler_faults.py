@@ -340,3 +340,34 @@ def test_an_uncertain_bind_that_cannot_be_read_back_keeps_its_reservation() -> N
         assert sched.stop_binding(timeout=30)
         pod = truth.pods["default/a"]
         assert sched.cache.is_assumed(pod) and sched.cache.pod_count() == 1
+
+
+def test_a_stale_bind_that_lands_on_a_same_name_successor_never_overcommits() -> None:
+    """v1.20 API servers bind by name: uid-1's bind, on the wire while web-0 is deleted and
+    re-created (uid-2), lands on uid-2 with uid-1's card. The card must stay reserved until the
+    outcome is known (not freed by the delete), then be held by uid-2's allocation."""
+    truth = gpu_node_truth(cards=1)
+    adv = AdversarialCluster(truth)
+    adv.ignore_binding_uid = True
+    adv.gate = threading.Event()
+    with scheduler_on(adv, bind_workers=1) as sched:
+        truth.apply_pod(gpu_pod("web-0", uid="uid-1"))
+        adv.deliver_all()
+        assert sched.schedule_one()  # uid-1 assumed on the only card, its bind on the wire
+        truth.delete_pod("default/web-0")
+        truth.apply_pod(gpu_pod("z", uid="uid-z"))
+        adv.deliver_all()
+        while sched.schedule_one():
+            pass  # z must not get the card uid-1's bind may still take
+        truth.apply_pod(gpu_pod("web-0", uid="uid-2"))  # the successor, before the bind lands
+        adv.deliver_all()
+        while sched.schedule_one():
+            pass
+        adv.gate.set()
+        sched.run_until_idle()
+        adv.deliver_all()
+        sched.run_until_idle()
+        assert truth.pods["default/web-0"].uid == "uid-2"
+        assert truth.pods["default/web-0"].node_name == "g0"  # the stale bind landed
+        assert not truth.pods["default/z"].node_name
+    assert_no_card_overcommitted(truth)
