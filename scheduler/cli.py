@@ -22,7 +22,7 @@ import socket
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import structlog
@@ -156,19 +156,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     lost_lease = threading.Event()
     shutting_down = threading.Event()
 
-    # A new leader schedules only once every informer has delivered a list started after it
-    # won the Lease: its watches may lag, and each bind of the previous leader was committed
-    # before our Lease write (fencing), hence is in that list. Without this barrier a lagging
-    # standby could take a card the old leader had just bound (the chaos tier caught one).
-    takeover: list[Callable[[], bool]] = []
-
     def on_leading(leading: bool) -> None:
         # Called only on transitions: False means we led and lost (OnStoppedLeading). The
         # fence already refuses binds; stop, and exit so a supervisor restarts us clean.
-        if leading:
-            takeover[:] = [cluster.refresh()]
-            log.info("became leader: relisting before the first cycle")
-        elif not shutting_down.is_set():
+        if not leading and not shutting_down.is_set():
             lost_lease.set()
             stop.set()
 
@@ -243,11 +234,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         elector.start()
 
     def ready() -> bool:
-        if not cluster.synced() or not (elector is None or elector.leading):
-            return False
-        if elector is not None and not takeover:
-            return False  # leading, but the takeover barrier is not set up yet
-        return all(done() for done in takeover)
+        return cluster.synced() and (elector is None or elector.leading)
 
     try:
         sched.run(stop, ready)

@@ -231,12 +231,6 @@ class KubeCluster:
     def wait_for_sync(self, timeout: float | None = None) -> bool:
         return wait_all(self.informers, timeout)
 
-    def refresh(self) -> Callable[[], bool]:
-        """Ask every informer for a fresh list; the predicate is true once each has delivered
-        a list started after this call (a new leader's barrier before its first cycle)."""
-        targets = [(i, i.request_relist()) for i in self.informers]
-        return lambda: all(i.last_list_done > t for i, t in targets)
-
     def synced(self) -> bool:
         return all(i.synced for i in self.informers)
 

@@ -102,10 +102,6 @@ class Informer:
         self.last_error = "not started"
         self.decode_errors = 0
         self.relists = 0
-        self._relist_wanted = threading.Event()
-        self._lists_started = 0
-        self.last_list_done = 0
-        """The serial (1, 2, ...) of the last list delivered; lists are numbered as they start."""
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -123,19 +119,6 @@ class Informer:
     def items(self) -> list[Record]:
         with self._lock:
             return list(self._store.values())
-
-    def request_relist(self) -> int:
-        """Interrupt the watch and list afresh (a quorum read of the API server's state now);
-        returns a serial that ``last_list_done`` exceeds once a list *started after this call*
-        has been delivered. A replica that has just become leader calls this: its watch may be
-        late, and every bind of the previous leader is committed before our Lease write, hence
-        in a list started after it."""
-        target = self._lists_started
-        self._relist_wanted.set()
-        stream = self._stream
-        if stream is not None:
-            stream.close()
-        return target
 
     def get(self, key: str) -> Record | None:
         with self._lock:
@@ -177,8 +160,7 @@ class Informer:
         gone_in_a_row = 0
         while not self._stop.is_set():
             try:
-                if need_list or self._relist_wanted.is_set():
-                    self._relist_wanted.clear()
+                if need_list:
                     self._list_and_replace()
                     need_list = False
                 started = time.monotonic()
@@ -195,16 +177,12 @@ class Informer:
             except KubeError as exc:
                 if self._stop.is_set():
                     return
-                if self._relist_wanted.is_set():
-                    continue  # our own interruption of the watch: list now
                 self._failed(exc)
                 need_list = True
                 self._stop.wait(self._backoff.next())
             except Exception as exc:  # a bug must not end the informer for good
                 if self._stop.is_set():
                     return
-                if self._relist_wanted.is_set():
-                    continue
                 log.exception("informer error", resource=self.kind)
                 self._failed(exc)
                 need_list = True
@@ -226,8 +204,6 @@ class Informer:
         return query
 
     def _list_and_replace(self) -> None:
-        self._lists_started += 1
-        serial = self._lists_started
         rv, objects = list_objects(self.rest, self.spec, self._page_size)
         records: dict[str, Record] = {}
         for obj in objects:
@@ -237,7 +213,6 @@ class Informer:
         self._replace(records)
         self._rv = rv
         self.relists += 1
-        self.last_list_done = serial
         self.healthy = True
         self.last_error = ""
         self._backoff.reset()
@@ -268,7 +243,7 @@ class Informer:
             self.healthy = True
             self.last_error = ""
             for etype, obj in stream:
-                if self._stop.is_set() or self._relist_wanted.is_set():
+                if self._stop.is_set():
                     return
                 self._handle(etype, obj)
                 self._backoff.reset()

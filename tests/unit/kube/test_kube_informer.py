@@ -292,22 +292,3 @@ def test_a_missing_crd_is_named_in_the_error(
     wait(lambda: "CRD" in inf.last_error)
     assert "kubectl apply -f config/crd/" in inf.last_error
     assert not inf.synced and not inf.healthy
-
-
-def test_request_relist_interrupts_the_watch_and_lists_afresh(
-    transport: FakeTransport, make: Callable[..., Informer]
-) -> None:
-    # A new leader's barrier: its watch may lag behind binds the old leader made; a list that
-    # starts after the request is a quorum read that includes them.
-    transport.on("GET", NODES, object_list([node("a", "5")], rv="5"))
-    transport.on_watch(NODES, FakeStream([], end=False))  # a quiet watch: blocks until closed
-    inf = make()
-    inf.start()
-    wait(lambda: len(transport.watches) >= 1)
-    transport.replace("GET", NODES, object_list([node("a", "5"), node("b", "9")], rv="9"))
-    target = inf.request_relist()
-    assert inf.last_list_done <= target
-    wait(lambda: inf.last_list_done > target)
-    assert {r.name for r in inf.items()} == {"a", "b"}
-    assert len(transport.sent("GET", NODES)) == 2
-    assert inf.healthy  # our own interruption is not a failure
