@@ -300,27 +300,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         except InspectError as exc:
             raise UserError(str(exc)) from None
     else:
-        from scheduler.kube.cluster import fetch_view
-        from scheduler.kube.rest import (
-            CredentialsError,
-            KubeError,
-            RestClient,
-            Urllib3Transport,
-            load_credentials,
-        )
-
-        try:
-            creds = load_credentials(args.kubeconfig, args.master, args.context)
-        except CredentialsError as exc:
-            raise UserError(str(exc)) from None
-        transport = Urllib3Transport(creds, pool_size=2)
-        try:
-            view = fetch_view(RestClient(transport, token=creds.token))
-        except KubeError as exc:
-            raise UserError(f"{creds.host}: {exc}") from None
-        finally:
-            transport.close()
-        nodes, devices, pods = dict(view.nodes), view.devices, view.pods
+        nodes, devices, pods = _live_objects(args)
     try:
         sys.stdout.write(render_inspect(nodes, devices, pods, args.node))
     except InspectError as exc:
@@ -379,6 +359,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def _live_objects(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any], list[Any]]:
+    """Nodes, Device CRs and Pods of the live cluster (``inspect`` and ``explain``)."""
     from scheduler.kube.cluster import fetch_view
     from scheduler.kube.rest import (
         CredentialsError,
