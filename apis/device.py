@@ -29,6 +29,7 @@ from typing import Any, Final
 
 from apis.quantity import Quantity, QuantityError, int_value
 from apis.topology import ANNOTATION_GPU_TOPOLOGY, GPUTopology
+from apis.topology import json_kind as _kind
 
 __all__ = [
     "ANNOTATION_DEVICES_CHECKPOINTS",
@@ -88,22 +89,6 @@ class DeviceDecodeError(ValueError):
 
 
 # -- small typed readers (each raises DeviceDecodeError naming the path) ------------------------
-
-
-def _kind(v: object) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "boolean"
-    if isinstance(v, int | float):
-        return "number"
-    if isinstance(v, str):
-        return "string"
-    if isinstance(v, Mapping):
-        return "object"
-    if isinstance(v, Sequence):
-        return "array"
-    return type(v).__name__
 
 
 def _obj(v: object, path: str) -> Mapping[str, Any]:

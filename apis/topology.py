@@ -64,6 +64,7 @@ __all__ = [
     "TopologyDecodeError",
     "connectivity",
     "connectivity_score",
+    "json_kind",
     "nvlink_bandwidth",
     "pair_rank",
     "ring_bandwidth",
@@ -116,7 +117,8 @@ class TopologyDecodeError(ValueError):
         super().__init__(f"{path}: {reason}")
 
 
-def _kind(v: object) -> str:
+def json_kind(v: object) -> str:
+    """The JSON type name of a decoded value, for error messages (shared by the apis codecs)."""
     if v is None:
         return "null"
     if isinstance(v, bool):
@@ -167,7 +169,7 @@ class GPULink:
     @classmethod
     def from_dict(cls, obj: object, path: str = "link") -> GPULink:
         if not isinstance(obj, Mapping) or not all(isinstance(k, str) for k in obj):
-            raise TopologyDecodeError(path, f"expected an object, got {_kind(obj)}")
+            raise TopologyDecodeError(path, f"expected an object, got {json_kind(obj)}")
         minors = obj.get("minors")
         if (
             not isinstance(minors, Sequence)
@@ -184,18 +186,18 @@ class GPULink:
         link_type = obj.get("gpuLinkType")
         if not isinstance(link_type, str) or not link_type:
             raise TopologyDecodeError(
-                f"{path}.gpuLinkType", f"expected a non-empty string, got {_kind(link_type)}"
+                f"{path}.gpuLinkType", f"expected a non-empty string, got {json_kind(link_type)}"
             )
         nvswitch = obj.get("nvswitch")
         if nvswitch is not None and not isinstance(nvswitch, bool):
             raise TopologyDecodeError(
-                f"{path}.nvswitch", f"expected a boolean, got {_kind(nvswitch)}"
+                f"{path}.nvswitch", f"expected a boolean, got {json_kind(nvswitch)}"
             )
         bandwidth = obj.get("bandwidth")
         ancestor = obj.get("commonAncestor")
         if ancestor is not None and not isinstance(ancestor, str):
             raise TopologyDecodeError(
-                f"{path}.commonAncestor", f"expected a string, got {_kind(ancestor)}"
+                f"{path}.commonAncestor", f"expected a string, got {json_kind(ancestor)}"
             )
         return cls(
             minors=(a, b),
@@ -229,7 +231,7 @@ def _bandwidth(v: object, path: str) -> Quantity:
         elif isinstance(v, int | float) and not isinstance(v, bool):
             q = Quantity.parse(v)
         else:
-            raise TopologyDecodeError(path, f"expected a quantity, got {_kind(v)}")
+            raise TopologyDecodeError(path, f"expected a quantity, got {json_kind(v)}")
     except QuantityError as err:
         raise TopologyDecodeError(path, str(err)) from None
     if q.value < 0:
@@ -279,12 +281,12 @@ class GPUTopology:
     @classmethod
     def from_dict(cls, obj: object) -> GPUTopology:
         if not isinstance(obj, Mapping) or not all(isinstance(k, str) for k in obj):
-            raise TopologyDecodeError("<root>", f"expected an object, got {_kind(obj)}")
+            raise TopologyDecodeError("<root>", f"expected an object, got {json_kind(obj)}")
         raw = obj.get("links")
         if raw is None:
             raw = ()
         if isinstance(raw, str) or not isinstance(raw, Sequence):
-            raise TopologyDecodeError("links", f"expected an array, got {_kind(raw)}")
+            raise TopologyDecodeError("links", f"expected an array, got {json_kind(raw)}")
         links: list[GPULink] = []
         seen: set[tuple[int, int]] = set()
         for i, entry in enumerate(raw):

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Final
 
 from runtimehooks.api.generate import REPO_ROOT, render
+from runtimehooks.api.generate import generate as runtimehooks_generate
 
 __all__ = ["API_DIR", "PROTO", "generate", "main", "stale_files"]
 
@@ -27,14 +28,7 @@ PROTO: Final = API_DIR / "api.proto"
 
 def generate(out_dir: Path = API_DIR) -> list[Path]:
     """Write the generated modules into ``out_dir``; returns the paths written."""
-    files = render(PROTO, REPO_ROOT)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, content in files.items():
-        path = out_dir / name
-        path.write_bytes(content)
-        written.append(path)
-    return written
+    return runtimehooks_generate(out_dir, PROTO, REPO_ROOT)
 
 
 def stale_files(out_dir: Path = API_DIR) -> list[str]:
