@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final, Protocol
@@ -56,7 +56,7 @@ class ObjectsView(Protocol):
     """The informers' picture, for ``inspect`` (``scheduler.kube.cluster.ClusterView``)."""
 
     @property
-    def nodes(self) -> Any: ...
+    def nodes(self) -> Mapping[str, Node]: ...
 
     @property
     def devices(self) -> Iterable[Device]: ...
@@ -204,8 +204,7 @@ class ExtenderServer:
     def _inspect(self, node: str) -> Answer:
         """gpushare's ``/inspect`` JSON, from the informers' picture."""
         view = self._view()
-        nodes_map = view.nodes
-        nodes: Iterable[Node] = nodes_map.values() if isinstance(nodes_map, dict) else nodes_map
+        nodes: Iterable[Node] = view.nodes.values()
         if node:
             nodes = [n for n in nodes if n.name == node]
         table, problems = gpushare_view(nodes, view.devices, view.pods, self._unit)
