@@ -186,3 +186,18 @@ def test_preempt_keeps_only_nodes_where_the_victims_free_the_device() -> None:
         args = PreemptionArgs(pod, {"a": ((va,), 0), "b": ((cpu_only.uid,), 0)}, meta=True)
         kept = r.engine.preempt(args)
     assert kept == {"a": ((va,), 0)}
+
+
+def test_binpack_compares_free_memory_not_the_profiles_card_score() -> None:
+    # Card 0 holds a pod gpushare placed (10 GiB, no cores); card 1 a koordinator pod (50 %
+    # of the card: cores, ratio and 8 GiB). MostAllocated prefers card 1 (more of it is used);
+    # gpushare's rule takes card 0: 6 GiB free, the least that fits 6.
+    cluster = gpu_cluster({"n": ["16Gi", "16Gi"]})
+    with running(cluster, scoring="MostAllocated") as r:
+        old = gs_pod("old", 10).node("n").annotation("ALIYUN_COM_GPU_MEM_IDX", "0")
+        cluster.apply_pod(old.annotation("ALIYUN_COM_GPU_MEM_POD", "10").obj())
+        cluster.apply_pod(koord_pod("half", 50).obj())
+        assert r.engine.bind(bind_args(r, "half", "n")) == ""
+        cluster.apply_pod(gs_pod("six", 6).obj())
+        assert r.engine.bind(bind_args(r, "six", "n")) == ""
+    assert cluster.pods["default/six"].annotations["ALIYUN_COM_GPU_MEM_IDX"] == "0"
