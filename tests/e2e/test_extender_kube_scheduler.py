@@ -307,12 +307,14 @@ def test_a_500_pod_burst_with_the_extender_restarted_never_over_commits(env: Env
         return sum(1 for p in env.pods(ns) if p["spec"].get("nodeName")) - 1  # minus "old"
 
     wait_for("a quarter of the burst bound", lambda: bound() >= capacity // 4, timeout=180)
+    at_kill = bound()
     ext.kill()  # mid-burst, binds possibly in flight
     time.sleep(2)
     env.start_extender()
     wait_for("every GiB handed out", lambda: bound() >= capacity, timeout=300)
     time.sleep(3)  # pods still pending keep being retried: nothing more may bind
     pods = env.pods(ns)
+    assert at_kill < capacity, "the burst was over before the extender was killed"
     assert bound() == capacity
     assert_no_card_over_committed(pods)
     for pod in pods:
