@@ -4,6 +4,7 @@ Subcommands:
   run             the scheduler against a real cluster (kubeconfig or in-cluster), with leader
                   election, /healthz /livez /readyz /metrics, and JSON logs.
   simulate FILE   schedule a scenario on the embedded in-memory cluster and report.
+  extender        answer the default kube-scheduler's extender verbs with the same core.
   inspect [NODE]  the per-node, per-GPU allocation table of a live cluster (or of files).
 
 The Kubernetes adapter (and the ``kubernetes`` client behind it) is imported only by ``run``
@@ -93,6 +94,17 @@ def _identity() -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    return _serve_cluster(args, extender=False)
+
+
+def cmd_extender(args: argparse.Namespace) -> int:
+    return _serve_cluster(args, extender=True)
+
+
+def _serve_cluster(args: argparse.Namespace, *, extender: bool) -> int:
+    """``run`` and ``extender``: one composition of the kube adapter, leader election, fencing
+    and the scheduler core. ``extender`` never schedules from its own queue: it answers
+    kube-scheduler's extender verbs with the same core (``scheduler.extender``)."""
     import dataclasses
 
     from scheduler.health import Check, HealthServer
@@ -194,9 +206,45 @@ def cmd_run(args: argparse.Namespace) -> int:
         return "; ".join(bad) if bad else None
 
     def leadership() -> str | None:
-        if elector is None or elector.leading or elector.standby_healthy:
+        if elector is None or elector.leading:
+            return None
+        if extender:
+            # kube-scheduler calls one Service: only the leader is a ready endpoint of it.
+            return "standby: not the leader"
+        if elector.standby_healthy:
             return None
         return "cannot read the leader election Lease"
+
+    ext_server = None
+    if extender:
+        from apis.version import version
+        from scheduler.extender.engine import ExtenderEngine
+        from scheduler.extender.server import ExtenderServer
+
+        profile = args.profile or next(iter(sched.profiles))
+        try:
+            engine = ExtenderEngine(
+                sched,
+                profile,
+                leading=lambda: fence() and cluster.synced(),
+                lookup_pod=cluster.lookup_pod,
+                timeout=args.bind_timeout,
+            )
+            ext_server = ExtenderServer(
+                args.extender_address,
+                args.extender_port,
+                engine,
+                version=version(),
+                view=cluster.view,
+                gpushare_unit=args.gpushare_memory_unit,
+                observe=metrics.extender_request,
+            )
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        except OSError as exc:
+            raise UserError(
+                f"cannot listen on {args.extender_address}:{args.extender_port}: {exc}"
+            ) from None
 
     try:
         server = HealthServer(
@@ -232,8 +280,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     cluster.start()
     if elector is not None:
         elector.start()
+    if ext_server is not None:
+        ext_server.start()
+        log.info("extender listening", port=ext_server.port)
 
     def ready() -> bool:
+        if extender:
+            return False  # never pop our own queue: kube-scheduler decides, we answer
         return cluster.synced() and (elector is None or elector.leading)
 
     try:
@@ -248,6 +301,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             if not drained:
                 log.warning("binds still in flight at shutdown: the Lease is left to expire")
             elector.stop(release=drained and not lost_lease.is_set())
+        if ext_server is not None:
+            ext_server.stop()
         cluster.stop()
         sched.close()
         server.stop()
@@ -431,6 +486,61 @@ def _add_run(sub: Any) -> None:
             "/livez, /readyz and /metrics on --bind-address:--port."
         ),
     )
+    _serve_flags(run)
+    run.set_defaults(func=cmd_run)
+
+
+def _add_extender(sub: Any) -> None:
+    ext = sub.add_parser(
+        "extender",
+        help="serve kube-scheduler's extender verbs (filter, prioritize, bind, preempt)",
+        description=(
+            "Keep koord-scheduler's informers, device ledger and plugins, and answer the "
+            "default kube-scheduler's extender calls with them: filter and prioritize from the "
+            "ledger (binds in flight included), bind = choose the cards on kube-scheduler's "
+            "node, reserve them and write one pods/binding with the device annotations. The "
+            "verbs are served at / and under /gpushare-scheduler/ (gpushare's paths, with "
+            "/inspect and /version), on --extender-address:--extender-port. Only the leader "
+            "answers; /readyz is ready only on the leader."
+        ),
+    )
+    _serve_flags(ext)
+    ext.add_argument(
+        "--extender-address",
+        default="0.0.0.0",
+        metavar="ADDR",
+        help="address of the extender verbs (default 0.0.0.0)",
+    )
+    ext.add_argument(
+        "--extender-port",
+        type=int,
+        default=39999,
+        metavar="PORT",
+        help="port of the extender verbs (default 39999, gpushare's; 0: any)",
+    )
+    ext.add_argument(
+        "--profile",
+        metavar="NAME",
+        help="the profile (schedulerName) whose plugins answer (default: the first)",
+    )
+    ext.add_argument(
+        "--bind-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="longest wait for a bind's outcome before answering an error (default 30)",
+    )
+    ext.add_argument(
+        "--gpushare-memory-unit",
+        choices=("GiB", "MiB"),
+        default="GiB",
+        help="unit of aliyun.com/gpu-mem in /gpushare-scheduler/inspect (default GiB)",
+    )
+    ext.set_defaults(func=cmd_extender)
+
+
+def _serve_flags(run: argparse.ArgumentParser) -> None:
+    """The flags ``run`` and ``extender`` share."""
     run.add_argument("--config", metavar="CFG", help="KubeSchedulerConfiguration file")
     _kube_flags(run)
     run.add_argument(
@@ -501,7 +611,6 @@ def _add_run(sub: Any) -> None:
         "--log-format", choices=logs.FORMATS, default="json", help="json lines (default) or console"
     )
     run.add_argument("--log-level", choices=logs.LEVELS, default="info")
-    run.set_defaults(func=cmd_run)
 
 
 def _add_inspect(sub: Any) -> None:
@@ -555,6 +664,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_trace_arguments(sim)
     sim.set_defaults(func=cmd_simulate)
     _add_run(sub)
+    _add_extender(sub)
     _add_inspect(sub)
     _add_explain(sub)
     _add_version(parser, sub)

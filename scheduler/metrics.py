@@ -279,6 +279,13 @@ class SchedulerMetrics:
             ["queue", "event"],
             registry=r,
         )
+        self._extender = Histogram(
+            "koord_scheduler_extender_request_duration_seconds",
+            "Extender requests answered (koord-scheduler extender), by verb and HTTP code.",
+            ["verb", "code"],
+            buckets=exponential_buckets(0.0005, 2, 16),
+            registry=r,
+        )
         self._children: dict[tuple[Any, ...], Any] = {}
         build_info = Gauge(
             "koord_scheduler_build_info",
@@ -312,6 +319,10 @@ class SchedulerMetrics:
     def scheduled(self, attempts: int, sli_seconds: float) -> None:
         self._child(self._sli, str(attempts)).observe(sli_seconds)
         self._pod_attempts.observe(attempts)
+
+    def extender_request(self, verb: str, code: int, seconds: float) -> None:
+        """One answered extender request (``koord-scheduler extender``)."""
+        self._child(self._extender, verb, str(code)).observe(seconds)
 
     def incoming(self, queue: str, event: str) -> None:
         """The scheduling queue's ``on_incoming`` hook."""

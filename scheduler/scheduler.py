@@ -126,6 +126,23 @@ class _BindOutcome:
     """"bound", "failed", "gone", "fenced", "rejected" or "unknown" (see ``_resolve``)."""
     counted: bool = False
     """Counted in ``_binds_queued`` (pods that waited on Permit are not)."""
+    placed: Future[Placement] | None = None
+    """Set for a placement decided elsewhere (``Scheduler.place``): the outcome goes to this
+    future instead of the queue (no retry, no failure report: the caller owns the pod)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """The outcome of ``Scheduler.place``: ``resolution`` as ``_BindOutcome``'s ("bound",
+    "failed", "gone", "fenced", "rejected", "unknown") or "unschedulable" when the node no
+    longer fits; ``message`` says why when it is not "bound"."""
+
+    resolution: str
+    message: str = ""
+
+    @property
+    def bound(self) -> bool:
+        return self.resolution == "bound"
 
 
 @dataclass(frozen=True, slots=True)
@@ -434,24 +451,36 @@ class Scheduler:
                 log.warning("scheduling error", pod=pod.key, cycle=cycle, error=err.status.message)
             return
 
-        assumed = dataclasses.replace(pod, node_name=node_name)
+        if self._log_decisions:
+            log.info("scheduled", pod=pod.key, node=node_name, cycle=cycle, attempts=qpi.attempts)
+        status = self._reserve_and_bind(fwk, state, qpi, node_name, start)
+        if status is not None:
+            self._fail_status(fwk, qpi, status, cycle)
+            self.observer.attempt(_result_of(status), fwk.name, time.perf_counter() - start)
+
+    def _reserve_and_bind(
+        self,
+        fwk: Framework,
+        state: CycleState,
+        qpi: QueuedPodInfo,
+        node_name: str,
+        start: float,
+        placed: Future[Placement] | None = None,
+    ) -> Status | None:
+        """Assume → Reserve → Permit, then hand the pod to the binding cycle; the Reserve or
+        Permit status when the pod did not get that far (everything undone)."""
+        assumed = dataclasses.replace(qpi.pod, node_name=node_name)
         self.cache.assume_pod(assumed)
         status = fwk.run_reserve(state, assumed, node_name)
         if status is not None:
             fwk.run_unreserve(state, assumed, node_name)
             self.cache.forget_pod(assumed)
-            self._fail_status(fwk, qpi, status, cycle)
-            self.observer.attempt(_result_of(status), fwk.name, time.perf_counter() - start)
-            return
+            return status
         status, waits = fwk.run_permit(state, assumed, node_name)
         if status is not None and status.code != Code.WAIT:
             fwk.run_unreserve(state, assumed, node_name)
             self.cache.forget_pod(assumed)
-            self._fail_status(fwk, qpi, status, cycle)
-            self.observer.attempt(_result_of(status), fwk.name, time.perf_counter() - start)
-            return
-        if self._log_decisions:
-            log.info("scheduled", pod=pod.key, node=node_name, cycle=cycle, attempts=qpi.attempts)
+            return status
         waiting = None
         if waits:
             waiting = WaitingPod(assumed, waits)
@@ -460,10 +489,56 @@ class Scheduler:
             self._binds_queued += 1  # pods waiting on Permit do not count against the bound
         self._in_flight += 1
         self._binding.add(assumed.uid)
-        future = self._binder.submit(self._binding_cycle, fwk, state, qpi, assumed, waiting, start)
+        future = self._binder.submit(
+            self._binding_cycle, fwk, state, qpi, assumed, waiting, start, placed
+        )
         with self._bind_lock:
             self._bind_futures.add(future)
         future.add_done_callback(self._bind_done)
+        return None
+
+    def place(self, profile: str, pod: Pod, node_name: str) -> Future[Placement]:
+        """Bind ``pod`` to ``node_name``, a node chosen elsewhere (the extender's bind verb),
+        through this scheduler's own cycle: PreFilter and Filter on that node against the
+        caches and the reservations of every bind in flight, then assume, Reserve, Permit and
+        the binding cycle with its fencing and outcome resolution. Callable from any thread;
+        the future has the outcome once the bind's outcome is known. A pod already assumed or
+        bound here, or a node that no longer fits, is answered without a write."""
+        placed: Future[Placement] = Future()
+
+        def attempt() -> None:
+            fwk = self.profiles.get(profile)
+            if fwk is None:
+                placed.set_result(Placement("failed", f"no profile {profile!r}"))
+                return
+            if self._closing.is_set():
+                placed.set_result(Placement("fenced", "scheduler stopping"))
+                return
+            if self.cache.get_pod(pod) is not None or pod.uid in self._binding:
+                placed.set_result(Placement("failed", f"pod {pod.key} is already being bound"))
+                return
+            start = time.perf_counter()
+            state = CycleState()
+            status = self._fit_on(fwk, state, pod, node_name)
+            if status is None:
+                qpi = QueuedPodInfo(pod, self.clock.now(), attempts=1)
+                status = self._reserve_and_bind(fwk, state, qpi, node_name, start, placed)
+            if status is not None:
+                resolution = "failed" if status.code == Code.ERROR else "unschedulable"
+                placed.set_result(Placement(resolution, status.message))
+
+        self.call_soon(attempt)
+        return placed
+
+    def _fit_on(self, fwk: Framework, state: CycleState, pod: Pod, node_name: str) -> Status | None:
+        """PreFilter and Filter for one named node (scheduling thread)."""
+        info = self.cache.snapshot.get(node_name)
+        if info is None:
+            return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (f"node {node_name} not found",))
+        status = fwk.run_pre_filter(state, pod)
+        if status is None:
+            status = fwk.run_filter(state, pod, info)
+        return None if status is None or status.is_success else status
 
     def _bind_done(self, future: Future[None]) -> None:
         with self._bind_lock:
@@ -535,6 +610,7 @@ class Scheduler:
         assumed: Pod,
         waiting: WaitingPod | None,
         started: float,
+        placed: Future[Placement] | None = None,
     ) -> None:
         node = assumed.node_name
         status: Status | None = None
@@ -555,7 +631,9 @@ class Scheduler:
             status = Status(Code.ERROR, (str(exc),), exc)
         resolution = self._resolve(assumed, status)
         self._inbox.put(
-            _BindOutcome(fwk, state, qpi, assumed, status, started, resolution, waiting is None)
+            _BindOutcome(
+                fwk, state, qpi, assumed, status, started, resolution, waiting is None, placed
+            )
         )
 
     def _resolve(self, assumed: Pod, status: Status | None) -> str:
@@ -643,6 +721,9 @@ class Scheduler:
         seconds = time.perf_counter() - outcome.started if outcome.started else 0.0
         if outcome.counted:
             self._binds_queued -= 1
+        if outcome.placed is not None:
+            self._finish_placement(outcome, resolution)
+            return
         if resolution == "bound":
             self.cache.finish_binding(assumed)
             self.failures.pop(assumed.key, None)
@@ -690,6 +771,19 @@ class Scheduler:
         self.failures[assumed.key] = message
         self.queue.requeue_with_backoff(qpi)
         self._report_failure(fwk, qpi.pod, message, error=True)
+
+    def _finish_placement(self, outcome: _BindOutcome, resolution: str) -> None:
+        """The end of a ``place``: the caller (kube-scheduler, through the extender) owns the
+        pod's retries and its events, so nothing is requeued or reported here."""
+        assert outcome.placed is not None
+        assumed = outcome.assumed
+        if resolution == "bound":
+            self.cache.finish_binding(assumed)
+        elif resolution != "unknown":  # unknown: keep the reservation, the informer settles it
+            outcome.framework.run_unreserve(outcome.state, assumed, assumed.node_name)
+            self.cache.forget_pod(assumed)
+        message = "" if outcome.status is None else outcome.status.message
+        outcome.placed.set_result(Placement(resolution, message))
 
     # -- failures ---------------------------------------------------------------------------------
 

@@ -56,7 +56,7 @@ from apis.allocation import (
 from apis.device import GPU_ISOLATION_PROVIDER_HAMI_CORE, LABEL_GPU_ISOLATION_PROVIDER
 from apis.resources import DEVICE_GPU, GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO
 from runtimehooks.context import ContainerContext, HookInputError
-from runtimehooks.hooks.split import container_share
+from runtimehooks.hooks.split import ALIYUN_GPU_MEM, container_share
 from runtimehooks.ports import (
     REASON_INTERNAL_ERROR,
     REASON_INVALID_ALLOCATION,
@@ -201,6 +201,7 @@ def container_env_delta(
     if container is None or not container.requests_gpu:
         return {ENV_NVIDIA_VISIBLE_DEVICES: NO_GPU}
     env = {ENV_NVIDIA_VISIBLE_DEVICES: ",".join(names)}
+    env.update(gpushare_env(ctx.pod_annotations, container.gpu_requests.get(ALIYUN_GPU_MEM, 0)))
     if ctx.pod_labels.get(LABEL_GPU_ISOLATION_PROVIDER) != GPU_ISOLATION_PROVIDER_HAMI_CORE:
         return env
     hami = _hami_core_env(gpus[0], opts.hami_core_library)
@@ -217,6 +218,31 @@ def container_env_delta(
     if ENV_CUDA_DEVICE_SM_LIMIT in hami:
         hami[ENV_CUDA_DEVICE_SM_LIMIT] = _scaled(first.resource_value(GPU_CORE), share.core)
     env.update(hami)
+    return env
+
+
+GPUSHARE_ANNOTATIONS: Final = (
+    "ALIYUN_COM_GPU_MEM_IDX",
+    "ALIYUN_COM_GPU_MEM_POD",
+    "ALIYUN_COM_GPU_MEM_DEV",
+)
+ENV_GPUSHARE_CONTAINER: Final = "ALIYUN_COM_GPU_MEM_CONTAINER"
+
+
+def gpushare_env(pod_annotations: Mapping[str, str], container_units: int) -> dict[str, str]:
+    """gpushare's container environment (SPEC §10) for a pod the scheduler placed with
+    gpushare's annotations: taken from *this* pod's annotations (the hook knows the pod), so
+    two pods of the same size can never swap cards as they can through gpushare's Allocate.
+    {} for other pods; a malformed annotation is an input error (the container gets no GPU)."""
+    if GPUSHARE_ANNOTATIONS[0] not in pod_annotations:
+        return {}
+    env: dict[str, str] = {}
+    for key in GPUSHARE_ANNOTATIONS:
+        value = pod_annotations.get(key, "")
+        if not value.isdigit():
+            raise HookInputError(f"gpushare annotation {key}={value!r} is not a whole number")
+        env[key] = value
+    env[ENV_GPUSHARE_CONTAINER] = str(container_units)
     return env
 
 

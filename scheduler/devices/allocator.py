@@ -157,17 +157,24 @@ def _allocate_type(
     def order(c: CardView) -> tuple[bool, int, int]:
         return (_pcie(c) not in preferred, -scores[c.minor], c.minor)
 
+    def binpack(c: CardView) -> tuple[bool, int, int]:
+        # gpushare's rule, exactly (SPEC §10): the card with the least free memory that still
+        # fits, per card (heterogeneous cards compare their own free memory).
+        return (False, c.free[GPU_MEMORY_INDEX], c.minor)
+
+    key = binpack if request.gpushare_units and t == DEVICE_GPU else order
+
     all_cards = view.cards.get(t, ())
     whole = t == DEVICE_GPU and not treq.shared
     chosen: list[CardView] | None
     if scoped:
-        chosen = choose_scoped(cands, all_cards, count, scope, whole, order)
+        chosen = choose_scoped(cands, all_cards, count, scope, whole, key)
         if chosen is None:
             return unschedulable(ERR_TOPOLOGY_SCOPED)
     elif whole and count > 1 and not preferred:
-        chosen = choose_whole(cands, all_cards, count) or sorted(cands, key=order)[:count]
+        chosen = choose_whole(cands, all_cards, count) or sorted(cands, key=key)[:count]
     else:
-        chosen = sorted(cands, key=order)[:count]
+        chosen = sorted(cands, key=key)[:count]
     return [_use(treq, c, amounts[c.minor]) for c in chosen]
 
 

@@ -145,3 +145,27 @@ def kube_client(apiserver: ApiServer) -> Iterator[Any]:
         yield api
     finally:
         api.close()
+
+
+@pytest.fixture(scope="session")
+def kube_scheduler_bin(kube_binaries: tuple[str, str]) -> str:
+    """Go kube-scheduler v1.20.2 from hack/kube-scheduler.sh (same source tree as the API
+    server; built on first use, cached). Unavailable: skip, or FAIL under CI."""
+    script = REPO_ROOT / "hack" / "kube-scheduler.sh"
+    try:
+        proc = subprocess.run(
+            ["bash", str(script)],
+            capture_output=True,
+            text=True,
+            cwd=REPO_ROOT,
+            timeout=BUILD_TIMEOUT_S,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        _unavailable(f"cannot run {script}: {exc}")
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines() or [f"{script.name} exited {proc.returncode}"]
+        _unavailable(f"Go kube-scheduler: {lines[-1]}")
+    values = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+    if "KUBE_SCHEDULER_BIN" not in values:
+        _unavailable(f"{script.name} printed no binary path: {proc.stdout!r}")
+    return values["KUBE_SCHEDULER_BIN"]

@@ -26,7 +26,12 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
-ENTRY_POINTS = ["config", "config/overlays/scheduler-only", "config/overlays/agent"]
+ENTRY_POINTS = [
+    "config",
+    "config/overlays/scheduler-only",
+    "config/overlays/agent",
+    "config/overlays/extender",
+]
 REAL_KINDS = {
     "CustomResourceDefinition",
     "Namespace",
@@ -40,6 +45,7 @@ EXPECTED = {
     "config": {"Deployment", "DaemonSet", "ConfigMap", *REAL_KINDS},
     "config/overlays/scheduler-only": {"Deployment", "ConfigMap", *REAL_KINDS},
     "config/overlays/agent": {"DaemonSet", *REAL_KINDS - {"Role", "RoleBinding"}},
+    "config/overlays/extender": {"Deployment", "ConfigMap", "Service", *REAL_KINDS},
 }
 
 

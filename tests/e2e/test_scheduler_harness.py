@@ -280,7 +280,7 @@ def scheduler_config(
 
 
 class SchedulerProcess:
-    """``koord-scheduler run`` as a subprocess; JSON logs go to ``log_path``."""
+    """``koord-scheduler run`` (or ``command``) as a subprocess; JSON logs go to ``log_path``."""
 
     def __init__(
         self,
@@ -290,6 +290,7 @@ class SchedulerProcess:
         *,
         identity: str | None = None,
         extra_args: Iterable[str] = (),
+        command: str = "run",
     ) -> None:
         self.identity = identity or uid("sched")
         self.port = free_port()
@@ -298,7 +299,7 @@ class SchedulerProcess:
             sys.executable,
             "-m",
             "scheduler.cli",
-            "run",
+            command,
             f"--kubeconfig={kubeconfig}",
             f"--config={config}",
             "--bind-address=127.0.0.1",

@@ -330,3 +330,59 @@ def test_kubelet_allocated_gpus_are_reported_and_env_unchanged() -> None:
     ctx = ctx_of("cuda", {}, envs={"NVIDIA_VISIBLE_DEVICES": "MIG-1234"})
     assert GPUHook(pods=FakePods(), kubelet_devices=rec)(ctx) is ctx
     assert rec.devices == [(POD, "cuda", ("MIG-1234",))]
+
+
+def gpushare_annotations(idx: int, pod_units: int, dev_units: int = 16) -> dict[str, str]:
+    return {
+        **allocated(card(idx, core=0, ratio=100 * pod_units // dev_units, memory=pod_units * GI)),
+        "ALIYUN_COM_GPU_MEM_IDX": str(idx),
+        "ALIYUN_COM_GPU_MEM_POD": str(pod_units),
+        "ALIYUN_COM_GPU_MEM_DEV": str(dev_units),
+        "ALIYUN_COM_GPU_MEM_ASSIGNED": "false",
+    }
+
+
+def test_gpushare_pods_of_the_same_size_each_get_their_own_card() -> None:
+    # gpushare's Allocate matches pods by size and can swap these two; the hook knows the pod.
+    a = PodSpec("uid-a", (c("main", aliyun=4),))
+    b = PodSpec("uid-b", (c("main", aliyun=4),))
+    pods = FakePods(a, b)
+    envs = {}
+    for uid, idx in (("uid-a", 0), ("uid-b", 1)):
+        ctx = ContainerContext(
+            pod_meta=PodMeta(uid, uid, "ns"),
+            container_meta=ContainerMeta("main"),
+            pod_annotations=gpushare_annotations(idx, 4),
+            pod_labels={},
+            container_envs={},
+        )
+        envs[uid] = container_env_delta(ctx, pods)
+    assert envs["uid-a"] == {
+        "NVIDIA_VISIBLE_DEVICES": "0",
+        "ALIYUN_COM_GPU_MEM_IDX": "0",
+        "ALIYUN_COM_GPU_MEM_POD": "4",
+        "ALIYUN_COM_GPU_MEM_DEV": "16",
+        "ALIYUN_COM_GPU_MEM_CONTAINER": "4",
+    }
+    assert envs["uid-b"]["NVIDIA_VISIBLE_DEVICES"] == "1"
+    assert envs["uid-b"]["ALIYUN_COM_GPU_MEM_IDX"] == "1"
+
+
+def test_gpushare_multi_container_pods_get_each_containers_own_units() -> None:
+    pods = FakePods(PodSpec("uid-1", (c("a", aliyun=2), c("b", aliyun=6), c("side"))))
+    ann = gpushare_annotations(1, 8)
+    got = {name: container_env_delta(ctx_of(name, ann, labels={}), pods) for name in "ab"}
+    assert got["a"]["ALIYUN_COM_GPU_MEM_CONTAINER"] == "2"
+    assert got["b"]["ALIYUN_COM_GPU_MEM_CONTAINER"] == "6"
+    assert got["a"]["ALIYUN_COM_GPU_MEM_POD"] == got["b"]["ALIYUN_COM_GPU_MEM_POD"] == "8"
+    assert container_env_delta(ctx_of("side", ann, labels={}), pods) == VOID
+
+
+def test_a_malformed_gpushare_annotation_closes_the_container() -> None:
+    pods = FakePods(PodSpec("uid-1", (c("main", aliyun=2),)))
+    ann = {**gpushare_annotations(0, 2), "ALIYUN_COM_GPU_MEM_IDX": "zero"}
+    recorder = Recorder()
+    hook = GPUHook(pods=pods, denials=recorder)
+    out = hook(ctx_of("main", ann, labels={}))
+    assert out.container_envs["NVIDIA_VISIBLE_DEVICES"] == NO_GPU
+    assert "ALIYUN_COM_GPU_MEM_IDX" in recorder.denials[0].message

@@ -1,0 +1,95 @@
+"""The extender's HTTP server over real loopback HTTP: kube-scheduler's paths and gpushare's."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import SimpleNamespace
+from typing import Any
+
+from scheduler.extender.server import ExtenderServer
+from tests.builders import make_pod
+from tests.unit.extender.harness import Running, gpu_cluster, running
+
+OBSERVED: list[tuple[str, int]] = []
+
+
+@contextmanager
+def serving() -> Iterator[tuple[Running, str]]:
+    cluster = gpu_cluster({"n": ["16Gi", "16Gi"]})
+    with running(cluster) as r:
+        server = ExtenderServer(
+            "127.0.0.1",
+            0,
+            r.engine,
+            version="9.9.9",
+            view=lambda: SimpleNamespace(
+                nodes=dict(cluster.nodes),
+                devices=list(cluster.devices.values()),
+                pods=list(cluster.pods.values()),
+            ),
+            observe=lambda verb, code, s: OBSERVED.append((verb, code)),
+        )
+        server.start()
+        try:
+            yield r, f"http://127.0.0.1:{server.port}"
+        finally:
+            server.stop()
+
+
+def call(url: str, body: Any = None, raw: bytes | None = None) -> tuple[int, bytes]:
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    req = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+
+
+def test_gpushare_paths_filter_bind_and_inspect() -> None:
+    with serving() as (r, base):
+        pod = make_pod("p").req(cpu="1").limit({"aliyun.com/gpu-mem": "3"}).obj()
+        stored = r.cluster.apply_pod(pod)
+        code, body = call(f"{base}/gpushare-scheduler/filter", {"pod": pod, "nodenames": ["n"]})
+        assert code == 200 and json.loads(body)["nodenames"] == ["n"]
+        args = {"PodName": "p", "PodNamespace": "default", "PodUID": stored.uid, "Node": "n"}
+        code, body = call(f"{base}/gpushare-scheduler/bind", args)
+        assert (code, json.loads(body)) == (200, {"Error": ""})
+        code, body = call(f"{base}/gpushare-scheduler/bind", args)
+        assert code == 500 and "already" in json.loads(body)["Error"]
+        code, body = call(f"{base}/gpushare-scheduler/inspect/n")
+        node = json.loads(body)["nodes"][0]
+        assert (node["name"], node["totalGPU"], node["usedGPU"]) == ("n", 32, 3)
+        assert any(
+            p == {"name": "p", "namespace": "default", "usedGPU": 3}
+            for d in node["devs"]
+            for p in d["pods"]
+        )
+        assert call(f"{base}/version") == (200, b"9.9.9")
+
+
+def test_root_paths_prioritize_and_a_standby() -> None:
+    with serving() as (r, base):
+        pod = make_pod("q").req(cpu="1").obj()
+        r.cluster.apply_pod(pod)
+        code, body = call(f"{base}/prioritize", {"pod": pod, "nodenames": ["n"]})
+        assert code == 200 and json.loads(body) == [{"host": "n", "score": 10}]
+        r.leading[0] = False
+        code, body = call(f"{base}/filter", {"pod": pod, "nodenames": ["n"]})
+        assert code == 200 and "not the leader" in json.loads(body)["error"]
+        code, _ = call(f"{base}/prioritize", {"pod": pod, "nodenames": ["n"]})
+        assert code == 503
+
+
+def test_bad_requests_get_one_line_and_the_server_keeps_serving() -> None:
+    with serving() as (_, base):
+        code, body = call(f"{base}/filter", raw=b"{not json")
+        assert code == 400 and body.decode().startswith("request body is not JSON")
+        assert call(f"{base}/nothing", {})[0] == 404
+        assert call(f"{base}/filter")[0] == 405
+        assert call(f"{base}/version")[0] == 200
+    assert ("filter", 400) in OBSERVED
