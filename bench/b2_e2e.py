@@ -197,6 +197,17 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _peak_rss_mib(pid: int) -> float:
+    """The scheduler process's peak resident set (VmHWM), in MiB; NaN when unreadable."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
 def scrape(port: int) -> dict[str, Any]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
         return {f.name: f for f in text_string_to_metric_families(r.read().decode())}
@@ -379,6 +390,7 @@ def run_one(
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{which}: only {len(watch.bound)} of {pods} pods bound")
         cpu_s = _cpu_seconds(proc.pid)
+        rss_mib = _peak_rss_mib(proc.pid)
         writes = api_writes(c) - writes_before - own_writes
         fams = scrape(port)
         sli_name = (
@@ -403,6 +415,7 @@ def run_one(
             "sli_p99_s": p99,
             "writes_per_pod": writes / pods,
             "overcommitted": overcommitted_cards(c, which),
+            "peak_rss_mib": rss_mib,
         }
     finally:
         if proc is not None:
@@ -419,7 +432,7 @@ def run_one(
 HEADER = (
     f"{'size':>10} {'workload':>8} {'kind':>4} {'sched':>5} {'round':>5} {'pods/s':>8} "
     f"{'wall s':>7} {'cpu ms/pod':>10} {'sli p50':>8} {'sli p99':>8} {'writes/pod':>10} "
-    f"{'overcommit':>10}"
+    f"{'overcommit':>10} {'peak RSS MiB':>12}"
 )
 
 
@@ -428,7 +441,7 @@ def fmt(r: dict[str, Any], rnd: int) -> str:
         f"{r['nodes']:>5}x{r['pods']:<4} {r['workload']:>8} {r['kind']:>4} {r['scheduler']:>5} "
         f"{rnd:>5} {r['pods_per_s']:>8.1f} {r['wall_s']:>7.2f} {r['cpu_ms_per_pod']:>10.2f} "
         f"{r['sli_p50_s']:>8.3f} {r['sli_p99_s']:>8.3f} {r['writes_per_pod']:>10.2f} "
-        f"{r['overcommitted']:>10}"
+        f"{r['overcommitted']:>10} {r['peak_rss_mib']:>12.0f}"
     )
 
 
