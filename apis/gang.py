@@ -145,7 +145,7 @@ def gang_of(pod: Pod) -> GangSpec | None:
         waiting = DEFAULT_WAITING_SECONDS
         if ANNOTATION_WAITING_TIME in ann:
             waiting = parse_duration(ann[ANNOTATION_WAITING_TIME], ANNOTATION_WAITING_TIME)
-        groups = (gang_id,)
+        groups: tuple[str, ...] = (gang_id,)
         if ANNOTATION_GROUPS in ann:
             groups = _groups(ann[ANNOTATION_GROUPS], pod.namespace, gang_id)
         return GangSpec(gang_id, min_available, total, mode, waiting, groups, policy)

@@ -77,7 +77,7 @@ def _cpu_requested(sched: Scheduler) -> int:
 
 
 def test_a_gang_binds_once_min_available_members_are_assumed() -> None:
-    cluster, sched, clock = _setup()
+    cluster, sched, _clock = _setup()
     for i in range(3):
         cluster.apply_pod(_member(f"p{i}", "job", 3))
     sched.run_until_idle()
@@ -108,7 +108,7 @@ def test_prefilter_rejects_members_until_min_available_pods_exist() -> None:
 
 @pytest.mark.parametrize("mode", ["Strict", "NonStrict"])
 def test_a_gang_that_cannot_fit_times_out_and_releases_everything(mode: str) -> None:
-    cluster, sched, clock = _setup(cpu="4")  # room for two of three members
+    cluster, sched, _clock = _setup(cpu="4")  # room for two of three members
     for i in range(3):
         cluster.apply_pod(_member(f"p{i}", "job", 3, waiting_time="0.3s", mode=mode))
     sched.run_until_idle()
@@ -135,7 +135,7 @@ def test_groups_wait_for_every_gang_in_the_group() -> None:
 
 
 def test_a_member_deleted_while_waiting_rejects_the_strict_gang() -> None:
-    cluster, sched, clock = _setup(cpu="4")
+    cluster, sched, _clock = _setup(cpu="4")
     for i in range(3):
         cluster.apply_pod(_member(f"p{i}", "job", 3, waiting_time="60s"))
     for _ in range(3):
