@@ -139,9 +139,8 @@ def gang_of(pod: Pod) -> GangSpec | None:
             raise GangSpecError(f"{ANNOTATION_MODE}: {mode!r} is not Strict or NonStrict")
         policy = ann.get(ANNOTATION_MATCH_POLICY, MATCH_ONCE_SATISFIED)
         if policy not in MATCH_POLICIES:
-            raise GangSpecError(
-                f"{ANNOTATION_MATCH_POLICY}: {policy!r} is not one of {', '.join(sorted(MATCH_POLICIES))}"
-            )
+            allowed = ", ".join(sorted(MATCH_POLICIES))
+            raise GangSpecError(f"{ANNOTATION_MATCH_POLICY}: {policy!r} is not one of {allowed}")
         waiting = DEFAULT_WAITING_SECONDS
         if ANNOTATION_WAITING_TIME in ann:
             waiting = parse_duration(ann[ANNOTATION_WAITING_TIME], ANNOTATION_WAITING_TIME)
