@@ -24,6 +24,7 @@ MAIN: dict[str, Callable[[Sequence[str]], int]] = {
 CASES = [
     ("koord-scheduler", []),
     ("koord-scheduler", ["run"]),
+    ("koord-scheduler", ["extender"]),
     ("koord-scheduler", ["inspect"]),
     ("koord-scheduler", ["simulate"]),
     ("koord-scheduler", ["explain"]),
