@@ -49,6 +49,7 @@ from scheduler.framework.events import (
     NODE_DELETE,
     NODE_UPDATE,
     UNSCHEDULABLE_TIMEOUT,
+    UNSCHEDULED_POD_ADD,
     Action,
     ClusterEvent,
     Resource,
@@ -351,6 +352,13 @@ class SchedulingQueue:
             self._replace_pod(qpi, pod)
             return
         self._push_active(QueuedPodInfo(pod=pod, timestamp=self._clock.now()), POD_ADD)
+        self._unscheduled_pod_added()
+
+    def _unscheduled_pod_added(self) -> None:
+        """A new pending pod may help pods a plugin rejected for want of peers (a gang's
+        members, kube's UnscheduledPodAdd): moved only when some plugin registered Pod/Add."""
+        if self._interested_plugins(UNSCHEDULED_POD_ADD):
+            self.move_all_to_active_or_backoff(UNSCHEDULED_POD_ADD)
 
     def update(self, old: Pod, new: Pod) -> None:
         """Replace a queued pod's record. A pod in the unschedulable pool whose record changed

@@ -62,6 +62,7 @@ ASSIGNED_POD_ADD = ClusterEvent(Resource.ASSIGNED_POD, Action.ADD)
 ASSIGNED_POD_UPDATE = ClusterEvent(Resource.ASSIGNED_POD, Action.UPDATE)
 ASSIGNED_POD_DELETE = ClusterEvent(Resource.ASSIGNED_POD, Action.DELETE)
 DEVICE_ADD = ClusterEvent(Resource.DEVICE, Action.ADD)
+UNSCHEDULED_POD_ADD = ClusterEvent(Resource.POD, Action.ADD)  # a new pending pod (gang peers)
 DEVICE_UPDATE = ClusterEvent(Resource.DEVICE, Action.UPDATE)
 DEVICE_DELETE = ClusterEvent(Resource.DEVICE, Action.DELETE)
 

@@ -19,6 +19,7 @@ from typing import Any
 from scheduler.config import PluginRef, Plugins, PluginSet
 from scheduler.framework.interfaces import Handle, PluginArgsError, PluginFactory
 from scheduler.plugins import nodeaffinity, noderesources
+from scheduler.plugins.coscheduling import Coscheduling, new_coscheduling
 from scheduler.plugins.defaultbinder import DefaultBinder
 from scheduler.plugins.deviceshare import DeviceShare, new_deviceshare
 from scheduler.plugins.gpufragmentation import GPUFragmentation, new_gpufragmentation
@@ -83,6 +84,7 @@ def in_tree_registry() -> dict[str, PluginFactory]:
         DefaultBinder.name: _new_default_binder,
         DeviceShare.name: new_deviceshare,
         GPUFragmentation.name: new_gpufragmentation,  # opt-in: not in default_plugins()
+        Coscheduling.name: new_coscheduling,  # opt-in: not in default_plugins()
     }
     return registry
 

@@ -40,6 +40,7 @@ def test_registry_names() -> None:
         "DefaultBinder",
         "DeviceShare",
         "GPUFragmentation",
+        "Coscheduling",
     }
 
 

@@ -1,0 +1,179 @@
+"""Koordinator's gang API: pod annotations, lightweight pod-group labels, the PodGroup CRD.
+
+Role: a pure decoder. ``gang_of(pod)`` reads a pod's gang spec from Koordinator's
+``gang.scheduling.koordinator.sh/*`` annotations, else from the lightweight
+``pod-group.scheduling.sigs.k8s.io/*`` labels; ``decode_pod_group`` reads a
+``scheduling.sigs.k8s.io/v1alpha1`` PodGroup (``minMember``, ``scheduleTimeoutSeconds``).
+
+Invariants: a gang is identified by ``namespace/name``; a gang always belongs to its own group;
+a bad value raises ``GangSpecError`` naming the annotation (never a bare traceback); defaults
+follow Koordinator: mode Strict, waiting time 600 s, match policy once-satisfied, total number
+equal to min-available.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from apis.core import Pod
+
+PREFIX = "gang.scheduling.koordinator.sh"
+ANNOTATION_NAME = f"{PREFIX}/name"
+ANNOTATION_MIN_AVAILABLE = f"{PREFIX}/min-available"
+ANNOTATION_TOTAL_NUMBER = f"{PREFIX}/total-number"
+ANNOTATION_MODE = f"{PREFIX}/mode"
+ANNOTATION_WAITING_TIME = f"{PREFIX}/waiting-time"
+ANNOTATION_GROUPS = f"{PREFIX}/groups"
+ANNOTATION_MATCH_POLICY = f"{PREFIX}/match-policy"
+ANNOTATION_TIMEOUT = f"{PREFIX}/timeout"
+
+LABEL_POD_GROUP_NAME = "pod-group.scheduling.sigs.k8s.io/name"
+LABEL_POD_GROUP_MIN_AVAILABLE = "pod-group.scheduling.sigs.k8s.io/min-available"
+LABEL_POD_GROUP = "pod-group.scheduling.sigs.k8s.io"
+
+MODE_STRICT = "Strict"
+MODE_NON_STRICT = "NonStrict"
+MODES = frozenset({MODE_STRICT, MODE_NON_STRICT})
+
+MATCH_ONLY_WAITING = "only-waiting"
+MATCH_WAITING_AND_RUNNING = "waiting-and-running"
+MATCH_ONCE_SATISFIED = "once-satisfied"
+MATCH_POLICIES = frozenset({MATCH_ONLY_WAITING, MATCH_WAITING_AND_RUNNING, MATCH_ONCE_SATISFIED})
+
+DEFAULT_WAITING_SECONDS = 600.0
+
+POD_GROUP_API_VERSION = "scheduling.sigs.k8s.io/v1alpha1"
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+class GangSpecError(ValueError):
+    """A gang annotation, label or PodGroup field is invalid; the message names it."""
+
+
+@dataclass(frozen=True, slots=True)
+class GangSpec:
+    """One pod's view of its gang."""
+
+    id: str  # namespace/name
+    min_available: int
+    total_number: int
+    mode: str = MODE_STRICT
+    waiting_seconds: float = DEFAULT_WAITING_SECONDS
+    groups: tuple[str, ...] = ()  # gang ids, always including ``id``
+    match_policy: str = MATCH_ONCE_SATISFIED
+
+
+@dataclass(frozen=True, slots=True)
+class PodGroup:
+    """A decoded ``scheduling.sigs.k8s.io/v1alpha1`` PodGroup."""
+
+    namespace: str
+    name: str
+    min_member: int
+    schedule_timeout_seconds: float | None = None
+
+    @property
+    def id(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def parse_duration(text: str, field: str) -> float:
+    """A Go duration such as ``30s``, ``1m30s``, ``1h`` in seconds (> 0)."""
+    pos, total = 0, 0.0
+    for m in _DURATION.finditer(text):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _UNIT[m.group(2)]
+        pos = m.end()
+    if not text or pos != len(text) or total <= 0:
+        raise GangSpecError(f"{field}: invalid duration {text!r} (want e.g. 30s, 5m, 1h)")
+    return total
+
+
+def _positive_int(text: str, field: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise GangSpecError(f"{field}: {text!r} is not an integer") from None
+    if value < 1:
+        raise GangSpecError(f"{field}: must be at least 1, got {value}")
+    return value
+
+
+def _groups(text: str, namespace: str, gang_id: str) -> tuple[str, ...]:
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError:
+        raise GangSpecError(f"{ANNOTATION_GROUPS}: not a JSON list of gang names") from None
+    if not isinstance(raw, list) or not all(isinstance(g, str) and g for g in raw):
+        raise GangSpecError(f"{ANNOTATION_GROUPS}: not a JSON list of gang names")
+    ids = {g if "/" in g else f"{namespace}/{g}" for g in raw}
+    ids.add(gang_id)
+    return tuple(sorted(ids))
+
+
+def gang_of(pod: Pod) -> GangSpec | None:
+    """The pod's gang, or None when it belongs to none. Raises GangSpecError on bad values."""
+    ann = pod.annotations
+    name = ann.get(ANNOTATION_NAME, "")
+    if name:
+        gang_id = f"{pod.namespace}/{name}"
+        if ANNOTATION_MIN_AVAILABLE not in ann:
+            raise GangSpecError(f"{ANNOTATION_MIN_AVAILABLE}: required with {ANNOTATION_NAME}")
+        min_available = _positive_int(ann[ANNOTATION_MIN_AVAILABLE], ANNOTATION_MIN_AVAILABLE)
+        total = min_available
+        if ANNOTATION_TOTAL_NUMBER in ann:
+            total = _positive_int(ann[ANNOTATION_TOTAL_NUMBER], ANNOTATION_TOTAL_NUMBER)
+            if total < min_available:
+                raise GangSpecError(
+                    f"{ANNOTATION_TOTAL_NUMBER}: {total} is less than min-available {min_available}"
+                )
+        mode = ann.get(ANNOTATION_MODE, MODE_STRICT)
+        if mode not in MODES:
+            raise GangSpecError(f"{ANNOTATION_MODE}: {mode!r} is not Strict or NonStrict")
+        policy = ann.get(ANNOTATION_MATCH_POLICY, MATCH_ONCE_SATISFIED)
+        if policy not in MATCH_POLICIES:
+            allowed = ", ".join(sorted(MATCH_POLICIES))
+            raise GangSpecError(f"{ANNOTATION_MATCH_POLICY}: {policy!r} is not one of {allowed}")
+        waiting = DEFAULT_WAITING_SECONDS
+        if ANNOTATION_WAITING_TIME in ann:
+            waiting = parse_duration(ann[ANNOTATION_WAITING_TIME], ANNOTATION_WAITING_TIME)
+        groups: tuple[str, ...] = (gang_id,)
+        if ANNOTATION_GROUPS in ann:
+            groups = _groups(ann[ANNOTATION_GROUPS], pod.namespace, gang_id)
+        return GangSpec(gang_id, min_available, total, mode, waiting, groups, policy)
+    label = pod.labels.get(LABEL_POD_GROUP_NAME, "") or pod.labels.get(LABEL_POD_GROUP, "")
+    if not label:
+        return None
+    gang_id = f"{pod.namespace}/{label}"
+    text = pod.labels.get(LABEL_POD_GROUP_MIN_AVAILABLE, "1")
+    min_available = _positive_int(text, LABEL_POD_GROUP_MIN_AVAILABLE)
+    return GangSpec(gang_id, min_available, min_available, groups=(gang_id,))
+
+
+def decode_pod_group(obj: Mapping[str, Any]) -> PodGroup:
+    """A PodGroup from its JSON shape; raises GangSpecError naming the field."""
+    meta = obj.get("metadata") or {}
+    name, namespace = meta.get("name"), meta.get("namespace", "default")
+    if not isinstance(name, str) or not name:
+        raise GangSpecError("PodGroup metadata.name: required")
+    spec = obj.get("spec") or {}
+    if not isinstance(spec, Mapping):
+        raise GangSpecError(f"PodGroup {namespace}/{name} spec: not an object")
+    min_member = spec.get("minMember", 1)
+    if not isinstance(min_member, int) or isinstance(min_member, bool) or min_member < 1:
+        raise GangSpecError(f"PodGroup {namespace}/{name} spec.minMember: must be an integer >= 1")
+    timeout = spec.get("scheduleTimeoutSeconds")
+    if timeout is not None and (
+        not isinstance(timeout, int) or isinstance(timeout, bool) or timeout < 1
+    ):
+        raise GangSpecError(
+            f"PodGroup {namespace}/{name} spec.scheduleTimeoutSeconds: must be an integer >= 1"
+        )
+    return PodGroup(namespace, name, min_member, None if timeout is None else float(timeout))

@@ -1,0 +1,217 @@
+"""The Coscheduling plugin: gang bookkeeping, queue order, PreFilter, Reserve and Permit.
+
+See the package docstring for the contract. State per gang id: the member pods that exist
+(for PreFilter's "enough pods created"), the members assumed (reserved and not unreserved),
+the members seen bound, and whether the gang was ever satisfied (``once-satisfied``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from apis.core import Pod
+from apis.gang import (
+    MATCH_ONCE_SATISFIED,
+    MATCH_ONLY_WAITING,
+    MODE_STRICT,
+    GangSpec,
+    GangSpecError,
+    gang_of,
+)
+from scheduler.framework.cycle_state import CycleState
+from scheduler.framework.events import UNSCHEDULED_POD_ADD, Change, ClusterEvent
+from scheduler.framework.interfaces import Handle, PreFilterExtensions, QueuedPodInfo
+from scheduler.framework.status import Code, Status, unresolvable, unschedulable
+
+__all__ = ["Coscheduling"]
+
+
+@dataclass
+class _Gang:
+    spec: GangSpec
+    sort_time: float
+    pods: set[str] = field(default_factory=set)  # uids of existing, non-terminal members
+    assumed: set[str] = field(default_factory=set)  # reserved, not unreserved
+    bound: set[str] = field(default_factory=set)
+    satisfied: bool = False
+
+
+class Coscheduling:
+    name = "Coscheduling"
+
+    def __init__(self, handle: Handle) -> None:
+        self._handle = handle
+        self._gangs: dict[str, _Gang] = {}
+        self._pod_gang: dict[str, str] = {}  # uid -> gang id
+        handle.add_event_handler(self._on_change)
+
+    # -- bookkeeping ------------------------------------------------------------------------------
+
+    def _gang(self, spec: GangSpec) -> _Gang:
+        gang = self._gangs.get(spec.id)
+        if gang is None:
+            gang = _Gang(spec, self._handle.clock.now())
+            self._gangs[spec.id] = gang
+        else:
+            gang.spec = spec  # the newest member's annotations win, as in Koordinator
+        return gang
+
+    def _on_change(self, change: Change) -> None:
+        if change.kind != "Pod":
+            return
+        if change.new is None:
+            self._forget(change.old)
+            return
+        pod: Pod = change.new
+        try:
+            spec = gang_of(pod)
+        except GangSpecError:
+            return  # reported when the pod is scheduled (PreFilter)
+        if spec is None:
+            return
+        if pod.terminating or pod.phase in ("Succeeded", "Failed"):
+            self._forget(pod)
+            return
+        gang = self._gang(spec)
+        gang.pods.add(pod.uid)
+        self._pod_gang[pod.uid] = spec.id
+        if pod.node_name:
+            gang.bound.add(pod.uid)
+
+    def _forget(self, pod: Pod) -> None:
+        gang_id = self._pod_gang.pop(pod.uid, None)
+        if gang_id is None:
+            return
+        gang = self._gangs[gang_id]
+        gang.pods.discard(pod.uid)
+        gang.bound.discard(pod.uid)
+        gang.assumed.discard(pod.uid)
+        waiting = self._handle.waiting_pods.get(pod.uid)
+        if waiting is not None:
+            waiting.reject(self.name, f"pod {pod.key} was deleted while waiting for its gang")
+        if not gang.pods:
+            del self._gangs[gang_id]
+
+    def _counted(self, gang: _Gang) -> int:
+        if gang.spec.match_policy == MATCH_ONLY_WAITING:
+            return len(gang.assumed - gang.bound)
+        return len(gang.assumed | gang.bound)
+
+    # -- QueueSort --------------------------------------------------------------------------------
+
+    def _sort_key(self, qpi: QueuedPodInfo) -> tuple[float, str]:
+        try:
+            spec = gang_of(qpi.pod)
+        except GangSpecError:
+            spec = None
+        if spec is None:
+            return qpi.timestamp, qpi.pod.key
+        gang = self._gangs.get(spec.id)
+        if gang is None:
+            gang = self._gang(spec)
+        return gang.sort_time, spec.id
+
+    def less(self, a: QueuedPodInfo, b: QueuedPodInfo) -> bool:
+        """Priority first, then the gang's creation time and id (so a gang's members pop one
+        after another), then the member's own queue time."""
+        pa, pb = a.pod.priority, b.pod.priority
+        if pa != pb:
+            return pa > pb
+        ka, kb = self._sort_key(a), self._sort_key(b)
+        if ka != kb:
+            return ka < kb
+        return (a.timestamp, a.pod.key) < (b.timestamp, b.pod.key)
+
+    # -- PreFilter --------------------------------------------------------------------------------
+
+    def pre_filter(self, state: CycleState, pod: Pod) -> Status | None:
+        try:
+            spec = gang_of(pod)
+        except GangSpecError as err:
+            return unresolvable(f"gang: {err}")
+        if spec is None:
+            return None
+        gang = self._gang(spec)
+        if pod.uid not in gang.pods:  # not yet seen through an event (e.g. a direct call)
+            gang.pods.add(pod.uid)
+            self._pod_gang[pod.uid] = spec.id
+        for gang_id in spec.groups:
+            member = self._gangs.get(gang_id)
+            have = len(member.pods) if member is not None else 0
+            need = member.spec.min_available if member is not None else 1
+            if have < need:
+                return unschedulable(
+                    f"gang {gang_id} has {have}/{need} pods created (min-available {need})"
+                )
+        return None
+
+    def pre_filter_extensions(self) -> PreFilterExtensions | None:
+        return None
+
+    # -- Reserve ----------------------------------------------------------------------------------
+
+    def reserve(self, state: CycleState, pod: Pod, node_name: str) -> Status | None:
+        spec = gang_of(pod)
+        if spec is not None:
+            self._gang(spec).assumed.add(pod.uid)
+        return None
+
+    def unreserve(self, state: CycleState, pod: Pod, node_name: str) -> None:
+        """A member failed after Reserve: in Strict mode the whole group's waiting members are
+        rejected (the framework unreserves each of them in turn)."""
+        try:
+            spec = gang_of(pod)
+        except GangSpecError:
+            return
+        if spec is None:
+            return
+        gang = self._gangs.get(spec.id)
+        if gang is None:
+            return
+        gang.assumed.discard(pod.uid)
+        if spec.mode != MODE_STRICT:
+            return
+        message = f"gang {spec.id}: member {pod.key} failed, rejecting the gang group (Strict)"
+        for waiting in self._handle.waiting_pods:
+            try:
+                other = gang_of(waiting.pod)
+            except GangSpecError:
+                continue
+            if other is not None and other.id in spec.groups:
+                waiting.reject(self.name, message)
+
+    # -- Permit -----------------------------------------------------------------------------------
+
+    def permit(self, state: CycleState, pod: Pod, node_name: str) -> tuple[Status | None, float]:
+        spec = gang_of(pod)
+        if spec is None:
+            return None, 0.0
+        gang = self._gang(spec)
+        if spec.match_policy == MATCH_ONCE_SATISFIED and gang.satisfied:
+            return None, 0.0
+        short: list[str] = []
+        for gang_id in spec.groups:
+            member = self._gangs.get(gang_id)
+            have = self._counted(member) if member is not None else 0
+            need = member.spec.min_available if member is not None else 1
+            if have < need:
+                short.append(f"gang {gang_id}: {have}/{need} members assumed")
+        if short:
+            message = "waiting for its gang group: " + "; ".join(short)
+            self._handle.client.record_event(pod, "Normal", "GangWaiting", message)
+            return Status(Code.WAIT, (message,)), spec.waiting_seconds
+        for gang_id in spec.groups:
+            member = self._gangs.get(gang_id)
+            if member is not None:
+                member.satisfied = True
+        for waiting in self._handle.waiting_pods:
+            try:
+                other = gang_of(waiting.pod)
+            except GangSpecError:
+                continue
+            if other is not None and other.id in spec.groups:
+                waiting.allow(self.name)
+        return None, 0.0
+
+    def events_to_register(self) -> list[ClusterEvent]:
+        return [UNSCHEDULED_POD_ADD]
