@@ -115,7 +115,7 @@ def pod_tag(pod: PodRequest) -> int:
 
 def primary_gradient(
     args: GPUFragmentationArgs,
-    workload: Workload,
+    rate: F64,
     before: F64,
     after: F64,
     total: IntArray,
@@ -124,14 +124,17 @@ def primary_gradient(
     cpu_after: IntArray,
 ) -> IntArray:
     """The quantized gain ``-(F' - F + strandedWeight x stranded change)``; infeasible nodes
-    (``after`` inf) get ``-PRIMARY_LIMIT``."""
+    (``after`` inf) get ``-PRIMARY_LIMIT``. ``rate``: per node, the millicores per milli-GPU
+    that the GPU tasks able to run there ask for (``Workload.cpu_per_gpu_of`` its model; 0:
+    none can, and the node has no stranded-GPU term)."""
     delta = after - before
     weight = args.stranded_weight
-    rate = workload.cpu_per_gpu_milli
-    if weight > 0 and rate > 0:
-        stranded_before = np.maximum(total - cpu / rate, 0.0)
-        stranded_after = np.maximum(left - cpu_after / rate, 0.0)
-        delta = delta + weight * (stranded_after - stranded_before)
+    if weight > 0 and bool((rate > 0).any()):
+        fed = rate > 0
+        safe = np.where(fed, rate, 1.0)
+        stranded_before = np.maximum(total - cpu / safe, 0.0)
+        stranded_after = np.maximum(left - cpu_after / safe, 0.0)
+        delta = delta + np.where(fed, weight * (stranded_after - stranded_before), 0.0)
     finite = np.isfinite(delta)
     gain = -np.where(finite, delta, 0.0)
     if args.quantization == SIGMOID:
@@ -249,7 +252,7 @@ def node_score(
         before = node_fragmentation(cpu_free, shares, model, mapping)
         primary = primary_gradient(
             args,
-            workload,
+            np.array([workload.cpu_per_gpu_of(model)]),
             np.array([before]),
             np.array([after]),
             np.array([total], np.int64),

@@ -203,6 +203,7 @@ class GPUFragmentation:
         self._rows: IntArray = np.zeros(0, np.int64)
         self._access_key: tuple[int, ...] | None = None
         self._access: B = np.zeros((0, 0), bool)
+        self._slot_rate: F64 = np.zeros(0, np.float64)
         self._tags: IntArray = np.zeros(1, np.int64)
         self._tags_version: IntArray = np.zeros(0, np.int64)
 
@@ -331,7 +332,8 @@ class GPUFragmentation:
         return model
 
     def _slot_access(self, snapshot: Snapshot, workload: Workload) -> B:
-        """Which shapes accept each snapshot slot's node (slots x shapes), cached."""
+        """Which shapes accept each snapshot slot's node (slots x shapes), cached with each
+        slot's ``cpu_per_gpu_of`` its model (``_slot_rate``)."""
         key = (
             id(snapshot),
             snapshot.node_generation,
@@ -342,10 +344,13 @@ class GPUFragmentation:
         )
         if key != self._access_key:
             access = np.zeros((snapshot.size, len(workload.shapes)), bool)
+            rate = np.zeros(snapshot.size, np.float64)
             for slot in range(snapshot.size):
                 info = snapshot.infos[slot]
-                access[slot] = workload.access(self.model_of(info) if info is not None else "")
-            self._access, self._access_key = access, key
+                model = self.model_of(info) if info is not None else ""
+                access[slot] = workload.access(model)
+                rate[slot] = workload.cpu_per_gpu_of(model)
+            self._access, self._access_key, self._slot_rate = access, key, rate
         return self._access
 
     # -- Score ------------------------------------------------------------------------------------
@@ -499,7 +504,8 @@ class GPUFragmentation:
         else:
             assert strategy == FRAGMENTATION_GRADIENT
             before = wl.fragmentation(total, s, c, wl.weights(cpu, access))
-            primary = primary_gradient(self.args, wl, before, after, total, left, cpu, cpu_after)
+            rate = np.take(self._slot_rate, slots)
+            primary = primary_gradient(self.args, rate, before, after, total, left, cpu, cpu_after)
         return with_ties(self.args.tie_break, primary, n_cards, left, slots), cols
 
     def _row_tags(self) -> IntArray:
