@@ -237,3 +237,19 @@ def test_packing_shares_the_used_card() -> None:
         assert first == second
     finally:
         h.close()
+
+
+def test_clustering_sees_a_node_freed_by_a_deletion() -> None:
+    nodes = [TraceNode(f"n{i}", 32_000, 65_536, 4, "T4") for i in range(2)]
+    h = Harness(nodes, strategy="GPUClustering", tieBreak=["FirstFit"])
+    try:
+        assert h.place(_pod("share1", 500))[0] == "n0"
+        assert h.place(_pod("whole1", 1000))[0] == "n1"
+        assert h.place(_pod("share2", 300))[0] == "n0"
+        h.cluster.delete_pod("openb/whole1")
+        h.sched.drain()
+        # n1 is idle again (25 + 12) and beats n0, which holds shares only (0 + 15); with n1's
+        # tags left stale ("one whole card": 0 + 12) the pod would go to n0.
+        assert h.place(_pod("pair", 1000, count=2))[0] == "n1"
+    finally:
+        h.close()
