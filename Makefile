@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: all demo test test-unit bench bench-b2 bench-b4 lint proto kube-apiserver kube-scheduler image clean chaos
+.PHONY: all demo test test-unit bench bench-b2 bench-b3 bench-b3-models bench-b4 lint proto kube-apiserver kube-scheduler image clean chaos
 
 all: test
 
@@ -38,6 +38,18 @@ bench: $(STAMP)
 ## bench-b2: benchmark B2, koord-scheduler and Go kube-scheduler side by side on a real kube-apiserver
 bench-b2: $(STAMP)
 	$(BIN)/python bench/b2_e2e.py
+
+## bench-b3: benchmark B3, every policy on every openb variant, seeds 42-51 then held-out 52-61 (~2.5 h on 2 cores)
+B3_TRACES ?= default,gpushare20,gpushare40,gpushare60,gpushare80,gpushare100
+B3_PROFILES ?= random,dotprod,clustering,packing,bestfit,binpack,fgd,fragmentation
+B3_ARGS = --trace-dir ../shared/traces/alibaba-openb --profiles $(B3_PROFILES) --jobs 2 --bound
+bench-b3: $(STAMP)
+	$(BIN)/python bench/b3_fragmentation.py $(B3_ARGS) --traces $(B3_TRACES) --seeds 42-51 --out b3-results/in-sample
+	$(BIN)/python bench/b3_fragmentation.py $(B3_ARGS) --traces $(B3_TRACES) --seeds 52-61 --out b3-results/held-out
+
+## bench-b3-models: benchmark B3's constrained-model family (0-80 % of GPU tasks tied to GPU models; ~20 min)
+bench-b3-models: $(STAMP)
+	$(BIN)/python bench/b3_fragmentation.py --trace-dir ../shared/traces/alibaba-openb --models 0,20,40,60,80 --profiles fgd,fragmentation --seeds 52-61 --jobs 2 --out b3-results/models
 
 ## bench-b4: benchmark B4 (fair-share GPU time slicing, synthetic Gemini clients; ~4 min)
 bench-b4: $(STAMP)

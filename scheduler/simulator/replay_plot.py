@@ -37,6 +37,9 @@ _PAPER_COLORS = {
 _OUR_COLORS = {
     "random": "#555555",
     "bestfit": "#cb181d",
+    "dotprod": "#3182bd",
+    "clustering": "#31a354",
+    "packing": "#e6550d",
     "binpack": "#d94801",
     "spread": "#238b45",
     "fgd": "#6a51a3",

@@ -3,7 +3,8 @@
 Role: validate the ``pluginConfig`` args into a frozen ``GPUFragmentationArgs``::
 
     args:
-      strategy: FragmentationGradient   # or BestFit, Random (the FGD paper's baselines)
+      strategy: FragmentationGradient   # or the FGD paper's baselines: BestFit, Random,
+                                        # DotProduct, GPUClustering, GPUPacking
       randomSeed: 0                     # Random's card choice
       gradient:                         # how FragmentationGradient compares nodes
         quantization: Linear            # steps of `resolution` milli-GPU; Sigmoid: as published
@@ -40,8 +41,11 @@ from scheduler.plugins.gpufragmentation.workload import WorkloadConfig
 
 __all__ = [
     "BEST_FIT",
+    "CLUSTERING",
+    "DOT_PRODUCT",
     "FRAGMENTATION_GRADIENT",
     "LINEAR",
+    "PACKING",
     "RANDOM",
     "SIGMOID",
     "STRATEGIES",
@@ -56,7 +60,10 @@ __all__ = [
 FRAGMENTATION_GRADIENT: Final = "FragmentationGradient"
 BEST_FIT: Final = "BestFit"
 RANDOM: Final = "Random"
-STRATEGIES: Final = (FRAGMENTATION_GRADIENT, BEST_FIT, RANDOM)
+DOT_PRODUCT: Final = "DotProduct"
+CLUSTERING: Final = "GPUClustering"
+PACKING: Final = "GPUPacking"
+STRATEGIES: Final = (FRAGMENTATION_GRADIENT, BEST_FIT, RANDOM, DOT_PRODUCT, CLUSTERING, PACKING)
 TIE_SMALLEST: Final = "SmallestNode"
 TIE_PACKING: Final = "Packing"
 TIE_FIRST: Final = "FirstFit"

@@ -39,7 +39,7 @@ amounts are integers in milli-GPU and millicores.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -153,6 +153,7 @@ class Workload:
     groups: _Groups = field(init=False)
     onehot: F64 = field(init=False)
     _access: dict[str, B] = field(init=False, default_factory=dict)
+    _rate: dict[str, float] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         scale = float(1 << P_BITS)
@@ -170,6 +171,7 @@ class Workload:
                 onehot[i, j] = self.p[i]
         self.onehot = onehot
         self._access = {}
+        self._rate = {}
 
     @classmethod
     def of(cls, shapes: Mapping[PodShape, float] | Iterable[tuple[PodShape, float]]) -> Workload:
@@ -191,8 +193,24 @@ class Workload:
     @property
     def cpu_per_gpu_milli(self) -> float:
         """Millicores the GPU tasks of the workload ask for per milli-GPU (0: no GPU task)."""
-        gpu = sum(p * s.total_gpu_milli for s, p in zip(self.shapes, self.p, strict=True))
-        cpu = sum(p * s.cpu_milli for s, p in zip(self.shapes, self.p, strict=True) if s.needs_gpu)
+        return self._cpu_per_gpu(lambda shape: True)
+
+    def cpu_per_gpu_of(self, model: str) -> float:
+        """Millicores per milli-GPU that the GPU tasks able to run on a node of ``model`` ask
+        for (0: none can): the cpu that node's GPUs need to be of use, for the stranded-GPU
+        look-ahead. Without model constraints it is ``cpu_per_gpu_milli`` exactly."""
+        rate = self._rate.get(model)
+        if rate is None:
+            rate = self._cpu_per_gpu(lambda shape: shape.accepts(model))
+            self._rate[model] = rate
+        return rate
+
+    def _cpu_per_gpu(self, admits: Callable[[PodShape], bool]) -> float:
+        gpu = cpu = 0.0
+        for shape, p in zip(self.shapes, self.p.tolist(), strict=True):
+            if shape.needs_gpu and admits(shape):
+                gpu += p * shape.total_gpu_milli
+                cpu += p * shape.cpu_milli
         return float(cpu / gpu) if gpu > 0 else 0.0
 
     def as_mapping(self) -> dict[PodShape, float]:

@@ -30,12 +30,23 @@ from scheduler.devices import SHARE, CardView, DeviceRequest, TypeRequest
 from scheduler.devices.allocator import card_amounts
 from scheduler.plugins.gpufragmentation.args import (
     BEST_FIT,
+    CLUSTERING,
+    DOT_PRODUCT,
+    FRAGMENTATION_GRADIENT,
+    PACKING,
     RANDOM,
     SIGMOID,
     TIE_FIRST,
     TIE_PACKING,
     TIE_SMALLEST,
     GPUFragmentationArgs,
+)
+from scheduler.plugins.gpufragmentation.baselines import (
+    NO_TAG,
+    SHARED_TAG,
+    clustering_one,
+    dot_product_one,
+    packing_one,
 )
 from scheduler.plugins.gpufragmentation.measure import GPU_MILLI, Workload, node_fragmentation
 
@@ -47,6 +58,7 @@ __all__ = [
     "PodRequest",
     "card_share",
     "node_score",
+    "pod_tag",
     "primary_best_fit",
     "primary_gradient",
     "with_ties",
@@ -93,9 +105,17 @@ def card_share(total: Sequence[int], free: Sequence[int]) -> int:
     return min(parts) if parts else 0
 
 
+def pod_tag(pod: PodRequest) -> int:
+    """GPUClustering's tag of the pod: sharing a card, or the number of whole cards."""
+    gpu = pod.gpu
+    if gpu is None or gpu.count <= 0:
+        return NO_TAG
+    return SHARED_TAG if pod.shared else gpu.count
+
+
 def primary_gradient(
     args: GPUFragmentationArgs,
-    workload: Workload,
+    rate: F64,
     before: F64,
     after: F64,
     total: IntArray,
@@ -104,14 +124,17 @@ def primary_gradient(
     cpu_after: IntArray,
 ) -> IntArray:
     """The quantized gain ``-(F' - F + strandedWeight x stranded change)``; infeasible nodes
-    (``after`` inf) get ``-PRIMARY_LIMIT``."""
+    (``after`` inf) get ``-PRIMARY_LIMIT``. ``rate``: per node, the millicores per milli-GPU
+    that the GPU tasks able to run there ask for (``Workload.cpu_per_gpu_of`` its model; 0:
+    none can, and the node has no stranded-GPU term)."""
     delta = after - before
     weight = args.stranded_weight
-    rate = workload.cpu_per_gpu_milli
-    if weight > 0 and rate > 0:
-        stranded_before = np.maximum(total - cpu / rate, 0.0)
-        stranded_after = np.maximum(left - cpu_after / rate, 0.0)
-        delta = delta + weight * (stranded_after - stranded_before)
+    if weight > 0 and bool((rate > 0).any()):
+        fed = rate > 0
+        safe = np.where(fed, rate, 1.0)
+        stranded_before = np.maximum(total - cpu / safe, 0.0)
+        stranded_after = np.maximum(left - cpu_after / safe, 0.0)
+        delta = delta + np.where(fed, weight * (stranded_after - stranded_before), 0.0)
     finite = np.isfinite(delta)
     gain = -np.where(finite, delta, 0.0)
     if args.quantization == SIGMOID:
@@ -166,8 +189,10 @@ def node_score(
     model: str,
     cpu_free: int,
     slot: int,
+    tags: int = 0,
 ) -> int:
-    """The raw score of one node (``cards``: its GPUs, by minor) for ``pod``."""
+    """The raw score of one node (``cards``: its GPUs, by minor) for ``pod``; ``tags``: the
+    GPUClustering tag bit set of the pods holding the node's cards."""
     if not pod.valid:
         return 0
     shares = [card_share(c.total, c.free) for c in cards]
@@ -188,7 +213,7 @@ def node_score(
     if gpu is None:
         after = node_fragmentation(cpu_after, shares, model, mapping)
     elif gpu.count == 1 and fitting:
-        if strategy not in (BEST_FIT, RANDOM):
+        if strategy == FRAGMENTATION_GRADIENT:
             best: tuple[float, int, int, int] | None = None
             for j, left_on in fitting:
                 trial = list(shares)
@@ -215,11 +240,19 @@ def node_score(
         primary = np.zeros(1, np.int64)
     elif strategy == BEST_FIT:
         primary = primary_best_fit(np.array([cpu_after], np.int64), left)
+    elif strategy == DOT_PRODUCT:
+        primary = np.array([dot_product_one(cpu_free, total, pod.cpu, taken)], np.int64)
+    elif strategy == CLUSTERING:
+        primary = np.array([clustering_one(pod_tag(pod), tags, total)], np.int64)
+    elif strategy == PACKING:
+        count = gpu.count if gpu is not None else 0
+        fit_idx = [j for j, _ in fitting]
+        primary = np.array([packing_one(shares, fit_idx, int(n_cards[0]), count)], np.int64)
     else:
         before = node_fragmentation(cpu_free, shares, model, mapping)
         primary = primary_gradient(
             args,
-            workload,
+            np.array([workload.cpu_per_gpu_of(model)]),
             np.array([before]),
             np.array([after]),
             np.array([total], np.int64),

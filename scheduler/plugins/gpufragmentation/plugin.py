@@ -15,6 +15,10 @@ baselines as scoring strategies of the same plugin:
 - ``BestFit``: the node left with the least free cpu and GPU (each normalized to the largest
   node, 128 cores / 8 GPUs, weighted half and half); the fullest card that fits.
 - ``Random``: every node scores the same (the scheduler draws among ties); a random card.
+- ``DotProduct``, ``GPUClustering``, ``GPUPacking``: the paper's other baselines, scored as its
+  artifact does (``baselines``); the fullest card that fits. GPUClustering reads each node's
+  tags (which kinds of GPU pod hold its cards) from the ledger's holdings, cached per row by
+  ``row_version``.
 
 Equal primary scores are then ordered by the ``tieBreak`` criteria, packed into the same int64
 key: ``SmallestNode`` (fewest healthy GPU cards), ``Packing`` (least GPU left), ``FirstFit``
@@ -91,14 +95,24 @@ from scheduler.framework.status import Status, unschedulable
 from scheduler.framework.types import IntArray, NodeInfo, Snapshot
 from scheduler.plugins.gpufragmentation.args import (
     BEST_FIT,
+    CLUSTERING,
+    DOT_PRODUCT,
     FRAGMENTATION_GRADIENT,
+    PACKING,
     RANDOM,
     GPUFragmentationArgs,
+)
+from scheduler.plugins.gpufragmentation.baselines import (
+    clustering_scores,
+    dot_product_scores,
+    node_tags,
+    packing_scores,
 )
 from scheduler.plugins.gpufragmentation.measure import Workload
 from scheduler.plugins.gpufragmentation.pernode import (
     PodRequest,
     node_score,
+    pod_tag,
     primary_best_fit,
     primary_gradient,
     with_ties,
@@ -189,6 +203,9 @@ class GPUFragmentation:
         self._rows: IntArray = np.zeros(0, np.int64)
         self._access_key: tuple[int, ...] | None = None
         self._access: B = np.zeros((0, 0), bool)
+        self._slot_rate: F64 = np.zeros(0, np.float64)
+        self._tags: IntArray = np.zeros(1, np.int64)
+        self._tags_version: IntArray = np.zeros(0, np.int64)
 
     @classmethod
     def with_handle(
@@ -315,7 +332,8 @@ class GPUFragmentation:
         return model
 
     def _slot_access(self, snapshot: Snapshot, workload: Workload) -> B:
-        """Which shapes accept each snapshot slot's node (slots x shapes), cached."""
+        """Which shapes accept each snapshot slot's node (slots x shapes), cached with each
+        slot's ``cpu_per_gpu_of`` its model (``_slot_rate``)."""
         key = (
             id(snapshot),
             snapshot.node_generation,
@@ -326,10 +344,13 @@ class GPUFragmentation:
         )
         if key != self._access_key:
             access = np.zeros((snapshot.size, len(workload.shapes)), bool)
+            rate = np.zeros(snapshot.size, np.float64)
             for slot in range(snapshot.size):
                 info = snapshot.infos[slot]
-                access[slot] = workload.access(self.model_of(info) if info is not None else "")
-            self._access, self._access_key = access, key
+                model = self.model_of(info) if info is not None else ""
+                access[slot] = workload.access(model)
+                rate[slot] = workload.cpu_per_gpu_of(model)
+            self._access, self._access_key, self._slot_rate = access, key, rate
         return self._access
 
     # -- Score ------------------------------------------------------------------------------------
@@ -339,6 +360,9 @@ class GPUFragmentation:
         entry = self._entry(state, pod)
         cards = self.ledger.node_view(node.name, (DEVICE_GPU,)).cards[DEVICE_GPU]
         cpu_free = node.allocatable.get(CPU, 0) - node.requested.get(CPU, 0)
+        tags = 0
+        if self.args.strategy == CLUSTERING:
+            tags = node_tags(self.ledger.holdings_on(node.name))
         return node_score(
             self.args,
             self.estimator.current(),
@@ -347,6 +371,7 @@ class GPUFragmentation:
             self.model_of(node),
             cpu_free,
             node.slot,
+            tags,
         )
 
     def score_nodes(
@@ -396,6 +421,7 @@ class GPUFragmentation:
         cols = np.full(n, -1, np.int64)
         after: F64 = np.full(n, np.inf)
         taken = np.zeros(n, np.int64)
+        fits: B = np.zeros((n, share.shape[1]), bool)
         access = (
             np.take(self._slot_access(snapshot, wl), slots, axis=0)
             if strategy == FRAGMENTATION_GRADIENT
@@ -462,16 +488,41 @@ class GPUFragmentation:
                     )
                     after[~enough] = np.inf
         left = total - taken
+        n_cards = np.take(cache.n_cards, crow) if len(cache.n_cards) else np.zeros(n, np.int64)
         if strategy == RANDOM:
             primary = np.zeros(n, np.int64)
         elif strategy == BEST_FIT:
             primary = primary_best_fit(cpu_after, left)
+        elif strategy == DOT_PRODUCT:
+            primary = dot_product_scores(cpu, total, pod.cpu, taken)
+        elif strategy == CLUSTERING:
+            tags = np.take(self._row_tags(), crow)
+            primary = clustering_scores(pod_tag(pod), tags, total)
+        elif strategy == PACKING:
+            count = gpu.count if gpu is not None else 0
+            primary = packing_scores(share, fits, n_cards, count)
         else:
             assert strategy == FRAGMENTATION_GRADIENT
             before = wl.fragmentation(total, s, c, wl.weights(cpu, access))
-            primary = primary_gradient(self.args, wl, before, after, total, left, cpu, cpu_after)
-        n_cards = np.take(cache.n_cards, crow) if len(cache.n_cards) else np.zeros(n, np.int64)
+            rate = np.take(self._slot_rate, slots)
+            primary = primary_gradient(self.args, rate, before, after, total, left, cpu, cpu_after)
         return with_ties(self.args.tie_break, primary, n_cards, left, slots), cols
+
+    def _row_tags(self) -> IntArray:
+        """GPUClustering's tag bit set of every ledger row (plus a zero sentinel row), brought
+        up to date for the rows whose ``row_version`` changed."""
+        ledger = self.ledger
+        capacity = ledger.row_capacity
+        if len(self._tags_version) != capacity:
+            self._tags = np.zeros(capacity + 1, np.int64)
+            self._tags_version = np.full(capacity, -1, np.int64)
+        n = ledger.n_rows
+        dirty = np.flatnonzero(self._tags_version[:n] != ledger.row_version[:n])
+        for row in dirty.tolist():
+            holdings = ledger.holdings_on(ledger.node_name(row))
+            self._tags[row] = node_tags(holdings)
+        self._tags_version[dirty] = ledger.row_version[dirty]
+        return self._tags
 
     # -- the card choice DeviceShare asks for --------------------------------------------------
 

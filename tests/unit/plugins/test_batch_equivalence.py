@@ -378,7 +378,10 @@ def test_gpufragmentation_batch_score_equals_per_node_score(data: st.DataObject)
     snapshot, ledger = data.draw(gpu_clusters())
     args = frag_args(
         {
-            "strategy": data.draw(st.sampled_from(["FragmentationGradient", "BestFit", "Random"])),
+            "strategy": data.draw(st.sampled_from(
+                    ["FragmentationGradient", "BestFit", "Random", "DotProduct",
+                     "GPUClustering", "GPUPacking"]
+                )),
             "gradient": {
                 "quantization": data.draw(st.sampled_from(["Linear", "Sigmoid"])),
                 "resolution": data.draw(st.sampled_from([1, 10, 100])),

@@ -58,7 +58,10 @@ def test_bad_seeds(text: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["binpack", "spread", "fragmentation", "random", "bestfit", "fgd"], ids=str
+    "name",
+    ["binpack", "spread", "fragmentation", "random", "bestfit", "fgd", "dotprod", "clustering",
+     "packing"],
+    ids=str,
 )
 def test_profiles_resolve(name: str) -> None:
     policy, path = resolve_profile(name)
@@ -156,7 +159,10 @@ def test_scenario_file_still_required_without_a_trace(capsys: pytest.CaptureFixt
 
 
 @pytest.mark.parametrize(
-    "name", ["binpack", "spread", "fragmentation", "random", "bestfit", "fgd"], ids=str
+    "name",
+    ["binpack", "spread", "fragmentation", "random", "bestfit", "fgd", "dotprod", "clustering",
+     "packing"],
+    ids=str,
 )
 def test_profiles_are_complete_scheduler_configurations(name: str) -> None:
     # What `koord-scheduler run --config config/profiles/<name>.yaml` builds.

@@ -158,3 +158,32 @@ def test_workload_of_normalizes_and_drops_zero_weights() -> None:
     wl = Workload.of({SHARE: 2.0, WHOLE: 6.0, CPU_ONLY: 0.0})
     assert wl.as_mapping() == pytest.approx({SHARE: 0.25, WHOLE: 0.75})
     assert wl.n_groups == 2
+
+
+V100_PAIR = PodShape(32_000, 1000, 2, ("V100M16", "V100M32"))
+
+
+@pytest.mark.parametrize(
+    ("shapes", "model", "expected"),
+    [
+        # Unconstrained: (4000 + 8000) cpu for (500 + 1000) milli-GPU, equal weights.
+        pytest.param({SHARE: 1, WHOLE: 1, CPU_ONLY: 1}, "A10", 12_000 / 1500, id="any-model"),
+        # T4_ONLY runs on a T4 only: an A10's GPUs feed WHOLE alone.
+        pytest.param({T4_ONLY: 1, WHOLE: 1}, "A10", 8.0, id="constrained-shape-elsewhere"),
+        pytest.param({T4_ONLY: 1, WHOLE: 1}, "T4", 12_000 / 1500, id="constrained-shape-here"),
+        pytest.param({T4_ONLY: 3, V100_PAIR: 1}, "V100M32", 16.0, id="model-list"),
+        # No GPU task can use the node's GPUs: no rate (no stranded-GPU term).
+        pytest.param({T4_ONLY: 1, CPU_ONLY: 1}, "P100", 0.0, id="no-gpu-task-runs-there"),
+        pytest.param({T4_ONLY: 1}, "", 0.0, id="cpu-only-node"),
+    ],
+)
+def test_cpu_per_gpu_of_counts_only_tasks_that_can_run_there(
+    shapes: dict[PodShape, float], model: str, expected: float
+) -> None:
+    wl = Workload.of(shapes)
+    assert wl.cpu_per_gpu_of(model) == pytest.approx(expected, rel=1e-9)
+
+
+def test_cpu_per_gpu_of_without_constraints_is_the_workload_rate_exactly() -> None:
+    wl = Workload.of({SHARE: 2, WHOLE: 3, PAIR: 1, CPU_ONLY: 5})
+    assert wl.cpu_per_gpu_of("T4") == wl.cpu_per_gpu_milli == wl.cpu_per_gpu_of("G2")

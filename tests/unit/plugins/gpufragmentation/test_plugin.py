@@ -222,6 +222,35 @@ def test_baselines(strategy: str, expected_node: str) -> None:
         h.close()
 
 
+@pytest.mark.parametrize(
+    ("gpu_model", "expected_node"),
+    [
+        # No GPU task can use nB's GPUs: filling its cpu strands nothing that could be used,
+        # while on nA it leaves a GPU without the 16 cores an A task needs.
+        pytest.param("A", "nB", id="constrained-to-the-other-node"),
+        # Without the constraint both nodes' GPUs are of use and equal: the earlier one.
+        pytest.param("", "nA", id="unconstrained"),
+    ],
+)
+def test_stranded_gpu_look_ahead_counts_only_tasks_that_can_run_there(
+    gpu_model: str, expected_node: str
+) -> None:
+    gpu_shape: dict[str, Any] = {"cpuMilli": 16_000, "gpuMilli": 1000, "gpuCount": 1, "weight": 1}
+    if gpu_model:
+        gpu_shape["models"] = [gpu_model]
+    nodes = [TraceNode("nA", 32_000, 65536, 2, "A"), TraceNode("nB", 32_000, 65536, 2, "B")]
+    h = Harness(
+        nodes,
+        gradient={"strandedWeight": 1},
+        tieBreak=["FirstFit"],
+        targetWorkload={"shapes": [gpu_shape, {"cpuMilli": 16_000, "weight": 1}]},
+    )
+    try:
+        assert h.place(_pod("cpu", 0, cpu=16_000))[0] == expected_node
+    finally:
+        h.close()
+
+
 def test_random_is_seeded() -> None:
     nodes = [TraceNode(f"n{i}", 64000, 65536, 8, "T4") for i in range(4)]
     placements = []
