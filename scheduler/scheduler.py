@@ -278,6 +278,7 @@ class Scheduler:
             else:
                 self.queue.node_deleted(change.old)
         elif change.kind == "Pod":
+            self._reject_if_waiting(change)
             self._apply_pod(change.old, change.new)
         elif change.kind == "Device":
             self.queue.device_changed(change.action)
@@ -285,6 +286,17 @@ class Scheduler:
         if forward is not _NOTHING:
             for handler in self._event_handlers:
                 handler(forward)
+
+    def _reject_if_waiting(self, change: Change) -> None:
+        """A pod deleted (or re-created) while it waits at Permit is rejected at once, as
+        kube-scheduler's RejectWaitingPod on delete: its binding cycle ends now, so its
+        reservation and its deferred delete are settled without waiting for a timeout."""
+        old, new = change.old, change.new
+        if old is None or (new is not None and new.uid == old.uid):
+            return
+        waiting = self.waiting_pods.get(old.uid)
+        if waiting is not None:
+            waiting.reject("", f"pod {old.key} was deleted while waiting on Permit")
 
     def _defer_if_binding(self, change: Change) -> Change:
         """A pod whose bind is in flight leaves the device ledger only after the bind's outcome:
@@ -744,6 +756,7 @@ class Scheduler:
             # its reservation held (never over-commit); the informer settles it.
             log.warning("bind outcome unknown at stop", pod=assumed.key, node=assumed.node_name)
             return
+        uid_deleted = assumed.uid in self._deleted_while_binding
         fwk.run_unreserve(outcome.state, assumed, assumed.node_name)
         self.cache.forget_pod(assumed)
         self.observer.attempt(
@@ -757,7 +770,7 @@ class Scheduler:
                 outcome=resolution,
                 error=status.message,
             )
-        if resolution == "gone":
+        if resolution == "gone" or uid_deleted:
             return  # deleted, re-created or bound elsewhere: nothing to retry for this UID
         if resolution == "fenced":
             self.queue.requeue_with_backoff(qpi)  # whoever leads next schedules it
