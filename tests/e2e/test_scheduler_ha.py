@@ -74,9 +74,15 @@ def test_only_the_leader_binds_and_the_standby_takes_over(
             ns, [shared_gpu(f"a-{i}", scheduler, 25, node_selector=selector) for i in range(20)]
         )
         wait_for("20 pods bound by the leader", lambda: bound("a-", 20), 30)
-        assert {line["pod"] for line in leader.events_named("bound")} == {
-            f"{ns}/a-{i}" for i in range(20)
-        }
+        want = {f"{ns}/a-{i}" for i in range(20)}
+        # The leader logs "bound" after the API server's answer: under load that line can
+        # trail the pod's nodeName by a moment, so wait for it rather than race it.
+        wait_for(
+            "the leader's bound log lines",
+            lambda: {line["pod"] for line in leader.events_named("bound")} >= want,
+            30,
+        )
+        assert {line["pod"] for line in leader.events_named("bound")} == want
         assert not standby.events_named("bound")
         assert _attempts(standby) == 0
         assert _attempts(leader) >= 20
