@@ -41,6 +41,9 @@ NODE_SELECTOR_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "G
 TOLERATION_OPERATORS = frozenset({"Equal", "Exists"})
 TAINT_EFFECTS = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+PREEMPT_LOWER_PRIORITY = "PreemptLowerPriority"
+PREEMPT_NEVER = "Never"
+PREEMPTION_POLICIES = (PREEMPT_LOWER_PRIORITY, PREEMPT_NEVER)
 
 
 class DecodeError(ValueError):
@@ -113,6 +116,12 @@ class Pod:
     phase: str = "Pending"
     terminating: bool = False
     creation_timestamp: str = ""
+    preemption_policy: str = PREEMPT_LOWER_PRIORITY
+    """``spec.preemptionPolicy``: ``PreemptLowerPriority`` (the default) or ``Never``."""
+    nominated_node_name: str = ""
+    """``status.nominatedNodeName``: where a preemption made room for this pod."""
+    start_time: str = ""
+    """``status.startTime`` (RFC 3339), else the creation time: preemption's last tie-break."""
     node_selector: Mapping[str, str] = field(default_factory=dict)
     node_affinity: NodeAffinity | None = None
     tolerations: tuple[Toleration, ...] = ()
@@ -391,6 +400,16 @@ def _taint(value: Any, path: str) -> Taint:
     return Taint(key=key, value=_str(m.get("value"), f"{path}.value"), effect=effect)
 
 
+def _preemption_policy(value: Any) -> str:
+    policy = _str(value, "spec.preemptionPolicy") or PREEMPT_LOWER_PRIORITY
+    if policy not in PREEMPTION_POLICIES:
+        raise DecodeError(
+            "spec.preemptionPolicy",
+            f"unknown policy {policy!r} (expected {' or '.join(PREEMPTION_POLICIES)})",
+        )
+    return policy
+
+
 # ---------------------------------------------------------------------------------------------
 # Public decoders
 
@@ -422,6 +441,9 @@ def decode_pod(obj: Mapping[str, Any]) -> Pod:
         phase=_str(status.get("phase"), "status.phase", "Pending") or "Pending",
         terminating=meta.get("deletionTimestamp") is not None,
         creation_timestamp=str(meta.get("creationTimestamp") or ""),
+        preemption_policy=_preemption_policy(spec.get("preemptionPolicy")),
+        nominated_node_name=_str(status.get("nominatedNodeName"), "status.nominatedNodeName"),
+        start_time=str(status.get("startTime") or meta.get("creationTimestamp") or ""),
         node_selector=_str_map(spec.get("nodeSelector"), "spec.nodeSelector"),
         node_affinity=_node_affinity(affinity, "spec.affinity"),
         tolerations=tuple(

@@ -65,6 +65,7 @@ SLI_BUCKETS = exponential_buckets(0.01, 2, 20)
 POD_ATTEMPTS_BUCKETS = exponential_buckets(1, 2, 5)
 EXTENSION_POINT_BUCKETS = exponential_buckets(0.0001, 2, 12)
 PLUGIN_BUCKETS = exponential_buckets(0.00001, 1.5, 20)
+PREEMPTION_VICTIMS_BUCKETS = exponential_buckets(1, 2, 7)
 
 QUEUES = ("active", "backoff", "unschedulable", "gated")
 
@@ -286,6 +287,17 @@ class SchedulerMetrics:
             buckets=exponential_buckets(0.0005, 2, 16),
             registry=r,
         )
+        self._preemption_attempts = Counter(
+            "scheduler_preemption_attempts",
+            "Total preemption attempts in the cluster till now",
+            registry=r,
+        )
+        self._preemption_victims = Histogram(
+            "scheduler_preemption_victims",
+            "Number of selected preemption victims",
+            buckets=PREEMPTION_VICTIMS_BUCKETS,
+            registry=r,
+        )
         self._children: dict[tuple[Any, ...], Any] = {}
         build_info = Gauge(
             "koord_scheduler_build_info",
@@ -319,6 +331,13 @@ class SchedulerMetrics:
     def scheduled(self, attempts: int, sli_seconds: float) -> None:
         self._child(self._sli, str(attempts)).observe(sli_seconds)
         self._pod_attempts.observe(attempts)
+
+    def preemption(self, victims: int | None) -> None:
+        """One PostFilter run (kube counts every one as an attempt) and, when it evicted
+        pods, how many."""
+        self._preemption_attempts.inc()
+        if victims is not None:
+            self._preemption_victims.observe(victims)
 
     def extender_request(self, verb: str, code: int, seconds: float) -> None:
         """One answered extender request (``koord-scheduler extender``)."""

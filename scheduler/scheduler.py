@@ -28,6 +28,7 @@ import queue as stdqueue
 import random
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
@@ -49,9 +50,10 @@ from scheduler.config import (
 from scheduler.framework.cycle_state import CycleState
 from scheduler.framework.events import Action, Change, ClusterEvent
 from scheduler.framework.interfaces import BindError, Clock, Handle, PluginFactory, QueuedPodInfo
+from scheduler.framework.nominator import Nominator
 from scheduler.framework.runtime import Framework, FrameworkError, Observer
 from scheduler.framework.status import Code, Status
-from scheduler.framework.types import Diagnosis, FitError, SlotNodes
+from scheduler.framework.types import Diagnosis, FitError, NodeStatuses, SlotNodes
 from scheduler.framework.waiting import WaitingPod, WaitingPods
 
 PLUGIN_METRICS_SAMPLE_PERCENT = 10
@@ -59,6 +61,7 @@ RESOLVE_BACKOFF = (0.2, 5.0)
 """First and largest pause between reads of a pod whose bind outcome is uncertain."""
 NOT_READY_POLL = 0.1
 QUEUE_STATS_INTERVAL = 1.0
+PREEMPTIONS_KEPT = 1000
 
 log = structlog.get_logger("koord-scheduler")
 
@@ -75,6 +78,10 @@ class SchedulerObserver(Observer, Protocol):
 
     def scheduled(self, attempts: int, sli_seconds: float) -> None: ...
 
+    def preemption(self, victims: int | None) -> None:
+        """A preemption attempt; ``victims`` is how many pods it evicted (None: it found none)."""
+        ...
+
 
 class _NullSchedulerObserver:
     def extension_point(self, profile: str, ep: str, status: str, seconds: float) -> None:
@@ -87,6 +94,9 @@ class _NullSchedulerObserver:
         pass
 
     def scheduled(self, attempts: int, sli_seconds: float) -> None:
+        pass
+
+    def preemption(self, victims: int | None) -> None:
         pass
 
 
@@ -146,6 +156,15 @@ class Placement:
 
 
 @dataclass(frozen=True, slots=True)
+class Preemption:
+    """A preemption this scheduler carried out: the preemptor, its node, the victims."""
+
+    pod: Pod
+    node: str
+    victims: tuple[Pod, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class QueueStats:
     """A snapshot of the queue for metrics, published by ``run`` on the scheduling thread:
     pods per sub-queue, and pods in the unschedulable pool per (rejecting plugin, profile)."""
@@ -182,6 +201,8 @@ class Scheduler:
         self._event_handlers: list[Callable[[Change], None]] = []
         shared: dict[str, Any] = {}
         self.waiting_pods = WaitingPods()
+        self.nominator = Nominator()
+        """Pods nominated to nodes by preemption, shared by every profile."""
         self.profiles: dict[str, Framework] = {}
         for profile in config.profiles:
             handle = Handle(
@@ -192,6 +213,7 @@ class Scheduler:
                 shared=shared,
                 event_handlers=self._event_handlers,
                 waiting_pods=self.waiting_pods,
+                nominator=self.nominator,
             )
             self.profiles[profile.scheduler_name] = Framework(
                 profile, registry, handle, default_plugins, self.observer
@@ -235,6 +257,8 @@ class Scheduler:
         """Of those, the ones whose pod was deleted meanwhile (read by the bind workers)."""
         self._deferred: dict[str, Change] = {}
         self._successors: dict[str, Pod] = {}
+        self.preemptions: deque[Preemption] = deque(maxlen=PREEMPTIONS_KEPT)
+        """The latest preemptions carried out (the simulator's report)."""
         self.failures: dict[str, str] = {}
         """Pod key -> the last failure message, for pods still waiting (the simulator's report)."""
         self.cluster.subscribe(self._inbox.put)
@@ -320,6 +344,11 @@ class Scheduler:
             self._apply_pod(None, new)
             return
         was_assigned = old is not None and old.assigned
+        if new is None or new.assigned or new.terminal:
+            if old is not None:
+                self.nominator.remove(old.uid)  # bound (anywhere) or gone: the room is free
+        elif self._responsible(new):
+            self.nominator.update(old, new)
         if new is not None and new.assigned:
             if was_assigned:
                 assert old is not None
@@ -445,7 +474,14 @@ class Scheduler:
         try:
             node_name = self._select_node(fwk, state, pod)
         except FitError as err:
-            self._fail(fwk, qpi, err.message, err.diagnosis.unschedulable_plugins, cycle)
+            self._fail(
+                fwk,
+                qpi,
+                err.message,
+                err.diagnosis.unschedulable_plugins,
+                cycle,
+                nominated=err.diagnosis.nominated_node,
+            )
             self.observer.attempt("unschedulable", fwk.name, time.perf_counter() - start)
             if self._log_decisions:
                 log.info(
@@ -483,6 +519,7 @@ class Scheduler:
         Permit status when the pod did not get that far (everything undone)."""
         assumed = dataclasses.replace(qpi.pod, node_name=node_name)
         self.cache.assume_pod(assumed)
+        self.nominator.remove(assumed.uid)
         status = fwk.run_reserve(state, assumed, node_name)
         if status is not None:
             fwk.run_unreserve(state, assumed, node_name)
@@ -565,8 +602,14 @@ class Scheduler:
         if status is not None:
             if status.code == Code.ERROR:
                 raise _CycleError(status)
+            slots = snapshot.live_slots()
+            every_node = NodeStatuses(
+                snapshot, {}, [(slots, np.zeros(len(slots), np.int64), [status])]
+            )  # as kube-scheduler: every node has the PreFilter's status
             diagnosis = Diagnosis(
-                pre_filter_msg=status.message, unschedulable_plugins={status.plugin}
+                node_to_status=every_node,
+                pre_filter_msg=status.message,
+                unschedulable_plugins={status.plugin},
             )
             self._post_filter(fwk, state, pod, diagnosis)
             raise FitError(pod, num_nodes, diagnosis)
@@ -608,9 +651,26 @@ class Scheduler:
     ) -> None:
         if not fwk.plugins_at("post_filter"):
             return
-        _, status = fwk.run_post_filter(state, pod, diagnosis.node_to_status)
+        result, status = fwk.run_post_filter(state, pod, diagnosis.node_to_status)
+        if status is not None and status.code == Code.ERROR:
+            raise _CycleError(status)
         if status is not None and status.message:
             diagnosis.post_filter_msg = status.message
+        victims = None
+        if result is not None:
+            diagnosis.nominated_node = result.nominated_node
+            self.nominator.add(pod, result.nominated_node)
+            if result.nominated_node:
+                victims = len(result.victims)
+                self.preemptions.append(Preemption(pod, result.nominated_node, result.victims))
+                if self._log_decisions:
+                    log.info(
+                        "preempted",
+                        pod=pod.key,
+                        node=result.nominated_node,
+                        victims=[v.key for v in result.victims],
+                    )
+        self.observer.preemption(victims)
 
     # -- binding cycle (worker thread) ------------------------------------------------------------
 
@@ -739,6 +799,9 @@ class Scheduler:
         if resolution == "bound":
             self.cache.finish_binding(assumed)
             self.failures.pop(assumed.key, None)
+            if assumed.nominated_node_name and assumed.nominated_node_name != assumed.node_name:
+                # Bound elsewhere than a preemption made room: the nomination is void.
+                self._io(fwk.handle.client.set_nominated_node, assumed, "")
             self.observer.attempt("scheduled", fwk.name, seconds)
             first = qpi.initial_attempt_timestamp or qpi.timestamp
             self.observer.scheduled(qpi.attempts, self.clock.now() - first)
@@ -812,20 +875,27 @@ class Scheduler:
         plugins: set[str],
         cycle: int,
         error: bool = False,
+        nominated: str | None = None,
     ) -> None:
         qpi.unschedulable_plugins = set(plugins)
         qpi.last_failure = message
         self.failures[qpi.key] = message
         self.queue.add_unschedulable_if_not_present(qpi, cycle)
-        self._report_failure(fwk, qpi.pod, message, error)
+        self._report_failure(fwk, qpi.pod, message, error, nominated)
 
-    def _report_failure(self, fwk: Framework, pod: Pod, message: str, error: bool) -> None:
+    def _report_failure(
+        self, fwk: Framework, pod: Pod, message: str, error: bool, nominated: str | None = None
+    ) -> None:
         client = fwk.handle.client
         reason = "SchedulerError" if error else "Unschedulable"
+        if nominated is not None and nominated == pod.nominated_node_name:
+            nominated = None  # the status already says so
 
         def report() -> None:
             client.record_event(pod, "Warning", "FailedScheduling", message)
             client.set_pod_scheduled_condition(pod, "False", reason, message)
+            if nominated is not None:
+                client.set_nominated_node(pod, nominated)
 
         self._io(report)
 
@@ -866,6 +936,9 @@ def _result_of(status: Status) -> str:
 
 def _spec_changed(old: Pod, new: Pod) -> bool:
     """Status-only updates (our own condition writes) must not requeue the pod."""
-    return dataclasses.replace(old, resource_version="", phase="") != dataclasses.replace(
-        new, resource_version="", phase=""
-    )
+    def spec(pod: Pod) -> Pod:
+        return dataclasses.replace(
+            pod, resource_version="", phase="", nominated_node_name="", start_time=""
+        )
+
+    return spec(old) != spec(new)

@@ -114,6 +114,12 @@ class AdversarialCluster:
     def set_pod_scheduled_condition(self, pod: Pod, status: str, reason: str, message: str) -> None:
         self.truth.set_pod_scheduled_condition(pod, status, reason, message)
 
+    def set_nominated_node(self, pod: Pod, node_name: str) -> None:
+        self.truth.set_nominated_node(pod, node_name)
+
+    def delete_pod(self, pod: Pod) -> None:
+        self.truth.delete_pod(pod)
+
     # -- the watch, as the test drives it ------------------------------------------------------
 
     def _record(self, change: Change) -> None:

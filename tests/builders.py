@@ -453,7 +453,10 @@ class RecordingClient:
         self.binds: list[tuple[str, str, dict[str, str]]] = []
         self.events: list[tuple[str, str, str, str]] = []
         self.conditions: list[tuple[str, str, str, str]] = []
+        self.nominations: list[tuple[str, str]] = []
+        self.deleted: list[str] = []
         self.fail_bind: BindError | None = None
+        self.fail_delete: Exception | None = None
 
     def bind(self, pod: Pod, node_name: str, annotations: Mapping[str, str]) -> None:
         if self.fail_bind is not None:
@@ -465,6 +468,14 @@ class RecordingClient:
 
     def set_pod_scheduled_condition(self, pod: Pod, status: str, reason: str, message: str) -> None:
         self.conditions.append((pod.key, status, reason, message))
+
+    def set_nominated_node(self, pod: Pod, node_name: str) -> None:
+        self.nominations.append((pod.key, node_name))
+
+    def delete_pod(self, pod: Pod) -> None:
+        if self.fail_delete is not None:
+            raise self.fail_delete
+        self.deleted.append(pod.key)
 
 
 def make_handle(snapshot: Snapshot | None = None, client: RecordingClient | None = None) -> Handle:

@@ -53,6 +53,9 @@ def _action_name(action: Action) -> str:
     )
 
 
+PDB_KIND = "PodDisruptionBudget"
+"""``Change.kind`` of a PodDisruptionBudget (``apis.disruption``); preemption reads them."""
+
 # Events the queue reacts to without any plugin registering them.
 UNSCHEDULABLE_TIMEOUT = ClusterEvent(Resource.WILDCARD, Action.ALL, "UnschedulableTimeout")
 NODE_ADD = ClusterEvent(Resource.NODE, Action.ADD)

@@ -23,6 +23,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from apis.core import Pod
 from scheduler.framework.cycle_state import CycleState
 from scheduler.framework.events import Change, ClusterEvent
+from scheduler.framework.nominator import Nominator
 from scheduler.framework.status import Status
 from scheduler.framework.types import BoolArray, IntArray, NodeInfo, Snapshot
 from scheduler.framework.waiting import WaitingPods
@@ -69,6 +70,16 @@ class ClusterClient(Protocol):
         self, pod: Pod, status: str, reason: str, message: str
     ) -> None: ...
 
+    def set_nominated_node(self, pod: Pod, node_name: str) -> None:
+        """Write ``status.nominatedNodeName`` (an empty name clears it)."""
+        ...
+
+    def delete_pod(self, pod: Pod) -> None:
+        """Delete exactly this incarnation (its UID as a precondition): a preemption's victim.
+        A pod already gone is not an error; raise on any other failure (a write a replica
+        that lost its lease must not send raises ``BindError(fenced=True)``)."""
+        ...
+
 
 class BindError(Exception):
     """A bind failed, or may have. Exactly one of the flags may be set:
@@ -90,9 +101,26 @@ class BindError(Exception):
         self.fenced = fenced
 
 
+class PluginsRunner(Protocol):
+    """The profile's own extension points, for plugins that run other plugins (preemption's
+    dry runs, as kube-scheduler's ``framework.Handle`` embeds ``PluginsRunner``)."""
+
+    def run_pre_filter_add_pod(
+        self, state: CycleState, pod: Pod, pod_to_add: Pod, node: NodeInfo
+    ) -> Status | None: ...
+
+    def run_pre_filter_remove_pod(
+        self, state: CycleState, pod: Pod, pod_to_remove: Pod, node: NodeInfo
+    ) -> Status | None: ...
+
+    def run_filter_with_nominated_pods(
+        self, state: CycleState, pod: Pod, node: NodeInfo
+    ) -> Status | None: ...
+
+
 class Handle:
     """What a plugin may use: the snapshot, the cluster client, the clock, shared state,
-    and the waiting pods."""
+    the waiting pods, the nominated pods, and (once the profile is built) its runner."""
 
     def __init__(
         self,
@@ -103,8 +131,13 @@ class Handle:
         shared: dict[str, Any] | None = None,
         event_handlers: list[Callable[[Change], None]] | None = None,
         waiting_pods: WaitingPods | None = None,
+        nominator: Nominator | None = None,
     ) -> None:
         self.snapshot = snapshot
+        self.nominator = nominator if nominator is not None else Nominator()
+        """Pods nominated to nodes by preemption (shared by the scheduler's profiles)."""
+        self.runner: PluginsRunner | None = None
+        """The profile's framework; set when it is built."""
         self.waiting_pods = waiting_pods if waiting_pods is not None else WaitingPods()
         """Pods parked by Permit; a plugin allows or rejects them here."""
         self.client = client
@@ -212,6 +245,8 @@ class FilterReasonsPlugin(Protocol):
 @dataclass(frozen=True, slots=True)
 class PostFilterResult:
     nominated_node: str = ""
+    victims: tuple[Pod, ...] = ()
+    """The pods a preemption evicted for ``nominated_node`` (metrics, the simulator's report)."""
 
 
 @runtime_checkable

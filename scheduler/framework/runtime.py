@@ -133,6 +133,7 @@ class Framework:
         self.profile = profile
         self.name = profile.scheduler_name
         self.handle = handle
+        handle.runner = self
         self.observer: Observer = observer or NullObserver()
         self._now = clock
         plugins = merge_plugins(default_plugins or Plugins(), profile.plugins)
@@ -332,6 +333,44 @@ class Framework:
                 return status
         return None
 
+    def run_filter_with_nominated_pods(
+        self, state: CycleState, pod: Pod, node: NodeInfo
+    ) -> Status | None:
+        """kube-scheduler's ``RunFilterPluginsWithNominatedPods``: when pods of equal or higher
+        priority are nominated to ``node``, the filters run twice — with those pods added (on
+        copies of the state and the node) and without them — and must pass both times: the
+        nominated pods' room is kept for them, yet ``pod`` is not made to depend on them being
+        placed there."""
+        added = self._with_nominated_pods(state, pod, node)
+        if isinstance(added, Status):
+            return added
+        if added is not None:
+            status = self.run_filter(added[0], pod, added[1])
+            if status is not None:
+                return status
+        return self.run_filter(state, pod, node)
+
+    def _with_nominated_pods(
+        self, state: CycleState, pod: Pod, node: NodeInfo
+    ) -> tuple[CycleState, NodeInfo] | Status | None:
+        nominator = self.handle.nominator
+        if not nominator:
+            return None
+        others = [
+            p
+            for p in nominator.nominated_pods(node.name)
+            if p.uid != pod.uid and p.priority >= pod.priority
+        ]
+        if not others:
+            return None
+        state_out, node_out = state.clone(), node.copy()
+        for other in others:
+            node_out.add_pod(other)
+            status = self.run_pre_filter_add_pod(state_out, pod, other, node_out)
+            if status is not None:
+                return status
+        return state_out, node_out
+
     def find_feasible(
         self,
         state: CycleState,
@@ -376,7 +415,8 @@ class Framework:
             mask = m.copy() if mask is None else np.logical_and(mask, m, out=mask)
         ordered_ok = mask[order] if mask is not None else np.ones(n, dtype=bool)
         per_node_statuses: dict[str, Status] = {}
-        if not per_node:
+        nominated = self.handle.nominator.nodes_for(pod) if self.handle.nominator else set()
+        if not per_node and not nominated:
             positions = np.flatnonzero(ordered_ok)
             if len(positions) > num_to_find:
                 positions = positions[:num_to_find]
@@ -397,6 +437,9 @@ class Framework:
                     status = self._call(state, "filter", plugin, plugin.filter, state, pod, info)
                     if status is not None and not status.is_success:
                         break
+                if (status is None or status.is_success) and info.name in nominated:
+                    # The room kept for pods nominated here (the masks cannot see them).
+                    status = self._filter_nominated(state, pod, info)
                 if status is None or status.is_success:
                     found.append(slot)
                     if len(found) >= num_to_find:
@@ -411,6 +454,12 @@ class Framework:
             return self._diagnose(state, pod, snapshot, masks, per_node_statuses)
 
         return FilterOutcome(feasible, processed, diagnose)
+
+    def _filter_nominated(self, state: CycleState, pod: Pod, node: NodeInfo) -> Status | None:
+        added = self._with_nominated_pods(state, pod, node)
+        if added is None or isinstance(added, Status):
+            return added
+        return self.run_filter(added[0], pod, added[1])
 
     def _diagnose(
         self,
@@ -501,6 +550,8 @@ class Framework:
             if status.code != Code.UNSCHEDULABLE:
                 final = status
                 break
+            if res is not None and result is None:
+                result = res  # e.g. "clear the nomination" from a preemption that found nothing
             final = status
         self._observe("post_filter", final, start)
         return result, final

@@ -21,7 +21,7 @@ Invariants:
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import overload
 
@@ -55,6 +55,41 @@ class NodeInfo:
     def allocatable(self) -> dict[str, int]:
         return dict(self.node.allocatable) if self.node is not None else {}
 
+    # A what-if copy (preemption's dry run, nominated pods): its own pods and requested, the
+    # snapshot's columns untouched. Never call these on a NodeInfo the snapshot owns.
+
+    def copy(self) -> NodeInfo:
+        other = NodeInfo(self.name, self.slot)
+        other.node = self.node
+        other.pods = dict(self.pods)
+        other.requested = dict(self.requested)
+        other.generation = self.generation
+        return other
+
+    def add_pod(self, pod: Pod) -> None:
+        ident = pod.uid or pod.key
+        if ident in self.pods:
+            self.remove_pod(self.pods[ident])
+        self.pods[ident] = pod
+        for r, v in pod.requests.items():
+            if v:
+                self.requested[r] = self.requested.get(r, 0) + v
+        self.generation += 1
+
+    def remove_pod(self, pod: Pod) -> bool:
+        ident = pod.uid or pod.key
+        if self.pods.pop(ident, None) is None:
+            return False
+        for r, v in pod.requests.items():
+            if v:
+                left = self.requested.get(r, 0) - v
+                if left:
+                    self.requested[r] = left
+                else:
+                    self.requested.pop(r, None)
+        self.generation += 1
+        return True
+
     def __repr__(self) -> str:
         return f"NodeInfo({self.name!r}, pods={len(self.pods)})"
 
@@ -77,6 +112,8 @@ class Snapshot:
         self.node_generation = 0
         self.pod_generation = 0
         self._live_slots: IntArray | None = None
+        self._priorities: dict[int, int] = {}
+        """Priority -> how many placed pods have it (preemption's "any victim at all?")."""
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -124,6 +161,10 @@ class Snapshot:
 
     def resources(self) -> list[str]:
         return sorted(set(self._allocatable) | set(self._requested))
+
+    def lowest_priority(self) -> int | None:
+        """The lowest priority of any placed pod; None when no pod is placed."""
+        return min(self._priorities) if self._priorities else None
 
     # -- mutation (the cache's) ----------------------------------------------------------------
 
@@ -173,6 +214,7 @@ class Snapshot:
         if ident in info.pods:
             self._subtract(info, info.pods[ident])
         info.pods[ident] = pod
+        self._priorities[pod.priority] = self._priorities.get(pod.priority, 0) + 1
         slot = info.slot
         for r, v in pod.requests.items():
             if v:
@@ -208,6 +250,11 @@ class Snapshot:
 
     def _subtract(self, info: NodeInfo, pod: Pod) -> None:
         slot = info.slot
+        left = self._priorities.get(pod.priority, 0) - 1
+        if left > 0:
+            self._priorities[pod.priority] = left
+        else:
+            self._priorities.pop(pod.priority, None)
         for r, v in pod.requests.items():
             if v:
                 left = info.requested.get(r, 0) - v
@@ -375,6 +422,10 @@ class NodeStatuses(Mapping[str, Status]):
                 counts[reason] = counts.get(reason, 0) + n
         return counts
 
+    def count(self, predicate: Callable[[Status], bool]) -> int:
+        """How many nodes have a status for which ``predicate`` holds (one call per status)."""
+        return sum(n for status, n in self._used() if predicate(status))
+
     def plugins(self) -> set[str]:
         """The plugins that rejected at least one node."""
         return {status.plugin for status, _ in self._used() if status.plugin}
@@ -412,6 +463,9 @@ class Diagnosis:
     unschedulable_plugins: set[str] = field(default_factory=set)
     pre_filter_msg: str = ""
     post_filter_msg: str = ""
+    nominated_node: str | None = None
+    """Set by a PostFilter (preemption): the node to nominate the pod to ("" clears a
+    nomination); None leaves the pod's nomination as it is."""
 
 
 class FitError(Exception):
@@ -435,14 +489,19 @@ def fit_error_message(num_all_nodes: int, diagnosis: Diagnosis) -> str:
     """``0/5 nodes are available: 2 <reason a>, 3 <reason b>.`` as kube-scheduler words it."""
     if num_all_nodes == 0 and not diagnosis.pre_filter_msg:
         return NO_NODES_AVAILABLE
-    msg = f"0/{num_all_nodes} nodes are available:"
     if diagnosis.pre_filter_msg:
-        msg += f" {diagnosis.pre_filter_msg}."
+        msg = f"0/{num_all_nodes} nodes are available: {diagnosis.pre_filter_msg}."
     else:
-        counts = reason_counts(diagnosis.node_to_status)
-        items = sorted(f"{n} {reason}" for reason, n in counts.items())
-        if items:
-            msg += f" {', '.join(items)}."
+        msg = counts_message(num_all_nodes, reason_counts(diagnosis.node_to_status))
     if diagnosis.post_filter_msg:
-        msg += f" {diagnosis.post_filter_msg}."
+        msg += f" {diagnosis.post_filter_msg}"  # current kube: no period added (it has its own)
+    return msg
+
+
+def counts_message(num_all_nodes: int, counts: Mapping[str, int]) -> str:
+    """``0/N nodes are available: <n reason>, ….`` from reason counts (kube's histogram)."""
+    msg = f"0/{num_all_nodes} nodes are available:"
+    items = sorted(f"{n} {reason}" for reason, n in counts.items() if n)
+    if items:
+        msg += f" {', '.join(items)}."
     return msg

@@ -40,7 +40,9 @@ from apis.core import Node, Pod, decode_node, decode_pod
 from apis.device import API_VERSION as DEVICE_API_VERSION
 from apis.device import PLURAL as DEVICE_PLURAL
 from apis.device import Device
+from apis.disruption import PodDisruptionBudget, decode_pdb
 from scheduler.cluster import ChangeHandler
+from scheduler.framework.events import PDB_KIND
 from scheduler.framework.interfaces import BindError
 from scheduler.kube.events import EventRecorder, rfc3339
 from scheduler.kube.informer import Informer, ResourceSpec, list_objects, wait_all
@@ -92,6 +94,37 @@ def pod_spec() -> ResourceSpec:
         lambda p: p.resource_version,
         field_selector=PODS_FIELD_SELECTOR,
     )
+
+
+PDB_PATHS = (
+    "/apis/policy/v1/poddisruptionbudgets",
+    "/apis/policy/v1beta1/poddisruptionbudgets",
+)
+
+
+def pdb_spec(path: str = PDB_PATHS[1]) -> ResourceSpec:
+    return ResourceSpec(PDB_KIND, path, decode_pdb, _pdb_key, lambda b: b.resource_version)
+
+
+def discover_pdb_spec(rest: RestClient) -> ResourceSpec:
+    """PodDisruptionBudgets from ``policy/v1`` where the API server serves it, else
+    ``policy/v1beta1`` (v1.20 serves only that): one discovery GET."""
+    path = PDB_PATHS[1]
+    try:
+        doc = rest.request("GET", "/apis/policy/v1")
+        resources = doc.get("resources") if isinstance(doc, Mapping) else None
+        if any(
+            isinstance(r, Mapping) and r.get("name") == "poddisruptionbudgets"
+            for r in resources or ()
+        ):
+            path = PDB_PATHS[0]
+    except KubeError as exc:  # 404 on v1.20; anything else: the older version still serves
+        log.debug("policy/v1 not served, watching policy/v1beta1 PDBs", error=str(exc))
+    return pdb_spec(path)
+
+
+def _pdb_key(pdb: PodDisruptionBudget) -> str:
+    return pdb.key
 
 
 def device_spec() -> ResourceSpec:
@@ -188,9 +221,11 @@ class KubeCluster:
         bind_mode: str = "binding",
         informers: tuple[Informer, Informer, Informer] | None = None,
         fence: Callable[[], bool] | None = None,
+        pdbs: Informer | None = None,
     ) -> None:
         if bind_mode not in BIND_MODES:
             raise ValueError(f"bind_mode must be one of {BIND_MODES}, got {bind_mode!r}")
+        self._discover_pdbs = False
         self.rest = rest
         self._unlimited = rest.with_limiter(None)
         self.fence = fence
@@ -203,14 +238,23 @@ class KubeCluster:
                 Informer(rest, device_spec()),
                 Informer(rest, pod_spec()),
             )
+            if pdbs is None:
+                pdbs = Informer(rest, pdb_spec())
+                self._discover_pdbs = True
         self.nodes, self.devices, self.pods = informers
+        self.pdbs = pdbs
+        """PodDisruptionBudgets, for preemption (None: not watched)."""
         self.informers = [self.nodes, self.devices, self.pods]
+        if pdbs is not None:
+            self.informers.append(pdbs)
         self.binds = 0
         self.bind_failures = 0
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> None:
+        if self._discover_pdbs and self.pdbs is not None:
+            self.pdbs.spec = discover_pdb_spec(self.rest)  # before its first list
         for informer in self.informers:
             informer.start()
         if self.recorder is not None:
@@ -313,6 +357,39 @@ class KubeCluster:
     def record_event(self, pod: Pod, event_type: str, reason: str, message: str) -> None:
         if self.recorder is not None:
             self.recorder.record(pod, event_type, reason, message)
+
+    def set_nominated_node(self, pod: Pod, node_name: str) -> None:
+        """Patch ``status.nominatedNodeName`` (null clears it); a pod gone or re-created
+        meanwhile is left alone (the UID precondition)."""
+        body: dict[str, Any] = {
+            "metadata": {"uid": pod.uid},
+            "status": {"nominatedNodeName": node_name or None},
+        }
+        try:
+            self.rest.request(
+                "PATCH", _pod_path(pod) + "/status", body=body, content_type=MERGE_PATCH
+            )
+        except ApiError as exc:
+            if exc.status in (404, 409):
+                log.debug("nomination of a gone pod dropped", pod=pod.key, status=exc.status)
+                return
+            raise
+
+    def delete_pod(self, pod: Pod) -> None:
+        """DELETE exactly this incarnation (``preconditions.uid``); fenced like a bind, so a
+        replica that lost its lease evicts nothing. Gone (404) or another incarnation (409)
+        is not an error: the victim is not there any more."""
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if pod.uid:
+            body["preconditions"] = {"uid": pod.uid}
+        try:
+            self._fenced_write(pod, "DELETE", _pod_path(pod), body=body)
+        except ApiError as exc:
+            if exc.status in (404, 409):
+                log.info("victim already gone", pod=pod.key, status=exc.status)
+                return
+            raise
+        log.info("preempted", pod=pod.key)
 
     def set_pod_scheduled_condition(self, pod: Pod, status: str, reason: str, message: str) -> None:
         current = self.pods.get(pod.key)

@@ -21,6 +21,7 @@ from scheduler.framework.interfaces import Handle, PluginArgsError, PluginFactor
 from scheduler.plugins import nodeaffinity, noderesources
 from scheduler.plugins.coscheduling import Coscheduling, new_coscheduling
 from scheduler.plugins.defaultbinder import DefaultBinder
+from scheduler.plugins.defaultpreemption import DefaultPreemption, new_default_preemption
 from scheduler.plugins.deviceshare import DeviceShare, new_deviceshare
 from scheduler.plugins.gpufragmentation import GPUFragmentation, new_gpufragmentation
 from scheduler.plugins.nodeaffinity import NodeAffinity
@@ -82,6 +83,7 @@ def in_tree_registry() -> dict[str, PluginFactory]:
         NodeAffinity.name: _new_node_affinity,
         NodeResourcesFit.name: _new_node_resources_fit,
         DefaultBinder.name: _new_default_binder,
+        DefaultPreemption.name: new_default_preemption,
         DeviceShare.name: new_deviceshare,
         GPUFragmentation.name: new_gpufragmentation,  # opt-in: not in default_plugins()
         Coscheduling.name: new_coscheduling,  # opt-in: not in default_plugins()
@@ -108,6 +110,7 @@ def default_plugins() -> Plugins:
             NodeResourcesFit.name,
             DeviceShare.name,
         ),
+        post_filter=_set(DefaultPreemption.name),
         pre_score=_set(
             TaintToleration.name, NodeAffinity.name, NodeResourcesFit.name, DeviceShare.name
         ),

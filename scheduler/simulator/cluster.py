@@ -20,8 +20,9 @@ from typing import Any
 
 from apis.core import Node, Pod, decode_node, decode_pod
 from apis.device import Device
+from apis.disruption import PodDisruptionBudget, decode_pdb
 from scheduler.cluster import ChangeHandler
-from scheduler.framework.events import Change
+from scheduler.framework.events import PDB_KIND, Change
 from scheduler.framework.interfaces import BindError
 
 
@@ -41,6 +42,7 @@ class InMemoryCluster:
         self.nodes: dict[str, Node] = {}
         self.pods: dict[str, Pod] = {}
         self.devices: dict[str, Device] = {}
+        self.pdbs: dict[str, PodDisruptionBudget] = {}
         self.events: list[RecordedEvent] = []
         self.binds = 0
         self._handlers: list[ChangeHandler] = []
@@ -59,6 +61,8 @@ class InMemoryCluster:
                 handler(Change("Device", None, device))
             for pod in self.pods.values():
                 handler(Change("Pod", None, pod))
+            for pdb in self.pdbs.values():
+                handler(Change(PDB_KIND, None, pdb))
 
     def wait_for_sync(self, timeout: float | None = None) -> bool:
         return True
@@ -109,6 +113,21 @@ class InMemoryCluster:
             st["conditions"] = conditions
             self._store_pod(raw)
 
+    def set_nominated_node(self, pod: Pod, node_name: str) -> None:
+        with self._lock:
+            current = self.pods.get(pod.key)
+            if current is None or current.uid != pod.uid:
+                return
+            if current.nominated_node_name == node_name:
+                return
+            raw = copy.deepcopy(dict(current.raw))
+            st = raw.setdefault("status", {})
+            if node_name:
+                st["nominatedNodeName"] = node_name
+            else:
+                st.pop("nominatedNodeName", None)
+            self._store_pod(raw)
+
     # -- writes (the "API") ---------------------------------------------------------------------
 
     def apply_node(self, obj: Mapping[str, Any]) -> Node:
@@ -143,11 +162,32 @@ class InMemoryCluster:
         with self._lock:
             return self._store_pod(self._stamp(obj))
 
-    def delete_pod(self, key: str) -> None:
+    def delete_pod(self, pod: str | Pod) -> None:
+        """Delete a pod by key, or exactly the incarnation ``pod`` (its UID as a precondition:
+        another pod of that name now stays, as the API server's 409 leaves it)."""
         with self._lock:
-            old = self.pods.pop(key, None)
+            key = pod if isinstance(pod, str) else pod.key
+            current = self.pods.get(key)
+            if current is None:
+                return
+            if not isinstance(pod, str) and current.uid != pod.uid:
+                return
+            del self.pods[key]
+            self._emit(Change("Pod", current, None))
+
+    def apply_pdb(self, obj: Mapping[str, Any]) -> PodDisruptionBudget:
+        with self._lock:
+            pdb = decode_pdb(self._stamp(obj))
+            old = self.pdbs.get(pdb.key)
+            self.pdbs[pdb.key] = pdb
+            self._emit(Change(PDB_KIND, old, pdb))
+            return pdb
+
+    def delete_pdb(self, key: str) -> None:
+        with self._lock:
+            old = self.pdbs.pop(key, None)
             if old is not None:
-                self._emit(Change("Pod", old, None))
+                self._emit(Change(PDB_KIND, old, None))
 
     # -- internals --------------------------------------------------------------------------------
 

@@ -33,12 +33,15 @@ EXPECTED = {
 }
 FAILURES = {
     "ml/h100-only": "0/8 nodes are available: 1 node(s) had untolerated taint(s), "
-    "1 node(s) were unschedulable, 6 node(s) didn't match Pod's node affinity/selector.",
+    "1 node(s) were unschedulable, 6 node(s) didn't match Pod's node affinity/selector. "
+    "preemption: 0/8 nodes are available: 8 Preemption is not helpful for scheduling.",
     "ml/sixteen-gpus": "0/8 nodes are available: 1 node(s) had untolerated taint(s), "
     "1 node(s) were unschedulable, 4 Insufficient memory, 5 Insufficient cpu, "
-    "6 Insufficient nvidia.com/gpu.",
+    "6 Insufficient nvidia.com/gpu. preemption: 0/8 nodes are available: "
+    "2 Preemption is not helpful for scheduling, 6 No preemption victims found for incoming pod.",
     "ml/core-only-invalid": "0/8 nodes are available: invalid resource device requests: "
-    "[koordinator.sh/gpu-core].",
+    "[koordinator.sh/gpu-core]. "
+    "preemption: 0/8 nodes are available: 8 Preemption is not helpful for scheduling.",
 }
 
 

@@ -15,6 +15,9 @@ from scheduler.simulator.run import SimulatedClock
 from tests.builders import make_node, make_pod
 
 OURS = "koord-scheduler"
+NO_VICTIMS_1 = (
+    " preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+)
 
 
 def _setup(
@@ -67,14 +70,16 @@ def test_pods_of_other_schedulers_are_ignored_but_counted() -> None:
     sched.close()
     assert cluster.pods["default/theirs"].node_name == ""
     assert cluster.pods["default/ours"].node_name == ""
-    assert sched.failures["default/ours"] == "0/1 nodes are available: 1 Insufficient cpu."
+    assert sched.failures["default/ours"] == (
+        "0/1 nodes are available: 1 Insufficient cpu." + NO_VICTIMS_1
+    )
 
 
 def test_unschedulable_pod_gets_event_and_condition_then_moves_on_node_add() -> None:
     cluster, sched, clock = _setup(nodes=1)
     cluster.apply_pod(make_pod("big").req(cpu="6").scheduler(OURS).obj())
     sched.run_until_idle()
-    message = "0/1 nodes are available: 1 Insufficient cpu."
+    message = "0/1 nodes are available: 1 Insufficient cpu." + NO_VICTIMS_1
     assert [(e.reason, e.message) for e in cluster.events] == [("FailedScheduling", message)]
     sched.drain()
     conditions = cluster.pods["default/big"].raw["status"]["conditions"]

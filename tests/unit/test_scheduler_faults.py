@@ -62,6 +62,9 @@ class Attempts:
     def scheduled(self, attempts: int, sli_seconds: float) -> None:
         self.scheduled_pods += 1
 
+    def preemption(self, victims: int | None) -> None:
+        pass
+
 
 def gpu_node_truth(nodes: int = 1, cards: int = 1) -> InMemoryCluster:
     truth = InMemoryCluster()

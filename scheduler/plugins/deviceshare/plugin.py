@@ -8,8 +8,10 @@ allocate), ``scoring`` and the scheduler's one ``NodeDeviceLedger`` (all in
 - PreFilter parses the pod's device request into the cycle-state entry; no device request is
   Skip (Filter does not run; PreScore Skips too, so Score does not run; Reserve and PreBind
   do nothing), an invalid one UnschedulableAndUnresolvable with Koordinator's message.
-- AddPod/RemovePod (preemption dry runs) release or restore a victim's devices in a per-cycle
-  overlay of the entry; the ledger is untouched.
+- AddPod/RemovePod (preemption dry runs, nominated pods) release or restore a victim's devices
+  in a per-cycle overlay of the entry; a nominated pod (which holds nothing yet) is added as
+  the allocation the allocator would give it on that node, so its shares stay taken. The
+  ledger is untouched.
 - Filter / ``filter_nodes``: the allocator on one node / its whole-cluster feasibility (numpy
   over the ledger; for hinted or joint requests only the nodes that pass that numpy pass are
   then tried one by one, and overlay nodes always are).
@@ -95,6 +97,10 @@ class DeviceShareState:
 
     request: DeviceRequest | None
     removed: dict[str, dict[str, Holding]] = field(default_factory=dict)
+    added: dict[str, dict[str, Holding]] = field(default_factory=dict)
+    """Per node, what nominated pods would take there (kept for them)."""
+    saturated: set[str] = field(default_factory=set)
+    """Nodes where a nominated pod's devices do not even fit: nothing is left for others."""
     holding: Holding | None = None
     annotation: str = ""
     gpushare: dict[str, str] = field(default_factory=dict)
@@ -104,6 +110,8 @@ class DeviceShareState:
         return DeviceShareState(
             self.request,
             {node: dict(h) for node, h in self.removed.items()},
+            {node: dict(h) for node, h in self.added.items()},
+            set(self.saturated),
             self.holding,
             self.annotation,
             dict(self.gpushare),
@@ -111,6 +119,13 @@ class DeviceShareState:
 
     def removed_on(self, node: str) -> Sequence[Holding]:
         return tuple(self.removed.get(node, {}).values())
+
+    def added_on(self, node: str) -> Sequence[Holding]:
+        return tuple(self.added.get(node, {}).values())
+
+    def overlaid(self) -> set[str]:
+        """Nodes this cycle sees differently from the ledger."""
+        return set(self.removed) | set(self.added) | self.saturated
 
 
 class _Extensions:
@@ -126,17 +141,27 @@ class _Extensions:
         if entry is None or entry.request is None:
             return None
         removed = entry.removed.get(node.name)
-        if removed is not None:
-            removed.pop(pod_to_add.uid, None)
+        if removed is not None and pod_to_add.uid in removed:
+            del removed[pod_to_add.uid]  # a reprieved victim keeps its cards
             if not removed:
                 del entry.removed[node.name]
-        return None
+            return None
+        held = self._plugin.ledger.holding(pod_to_add.uid)
+        if held is not None:
+            return None  # already counted by the ledger (wherever it is)
+        return self._plugin.add_nominated(entry, pod_to_add, node.name)
 
     def remove_pod(
         self, state: CycleState, pod: Pod, pod_to_remove: Pod, node: NodeInfo
     ) -> Status | None:
         entry = self._plugin.entry(state)
         if entry is None or entry.request is None:
+            return None
+        added = entry.added.get(node.name)
+        if added is not None and pod_to_remove.uid in added:
+            del added[pod_to_remove.uid]
+            if not added:
+                del entry.added[node.name]
             return None
         holding = self._plugin.ledger.holding(pod_to_remove.uid)
         if holding is not None and holding.node == node.name:
@@ -204,10 +229,30 @@ class DeviceShare:
 
     # -- Filter -------------------------------------------------------------------------------
 
+    def _view(self, entry: DeviceShareState, types: Sequence[str], node: str) -> NodeView:
+        return self.ledger.node_view(node, types, entry.removed_on(node), entry.added_on(node))
+
     def _evaluate(self, entry: DeviceShareState, request: DeviceRequest, node: str
                   ) -> list[CardUse] | Status:
-        view = self.ledger.node_view(node, request.device_types, entry.removed_on(node))
-        return allocate(view, request, self.scorer)
+        if node in entry.saturated:
+            return unschedulable(insufficient(request.device_types[0]))
+        return allocate(self._view(entry, request.device_types, node), request, self.scorer)
+
+    def add_nominated(self, entry: DeviceShareState, pod: Pod, node: str) -> Status | None:
+        """Count a nominated pod's devices on ``node`` in this cycle: the allocation it would
+        get there now (the allocator's own choice), or the whole node when it does not fit."""
+        try:
+            request = parse_request(pod, self.args.gpushare_unit)
+        except RequestError:
+            return None  # it cannot be placed anywhere: it keeps nothing
+        if request is None:
+            return None
+        result = allocate(self._view(entry, request.device_types, node), request, self.scorer)
+        if isinstance(result, Status):
+            entry.saturated.add(node)
+            return None
+        entry.added.setdefault(node, {})[pod.uid] = Holding(pod.uid, node, tuple(result))
+        return None
 
     def filter(self, state: CycleState, pod: Pod, node: NodeInfo) -> Status | None:
         try:
@@ -251,7 +296,7 @@ class DeviceShare:
                     self._evaluate(entry, request, info.name), Status
                 )
                 mask[candidate] = ok
-        for name in entry.removed:
+        for name in entry.overlaid():
             slot = snapshot.index.get(name)
             if slot is not None and slot < size:
                 mask[slot] = not isinstance(self._evaluate(entry, request, name), Status)
@@ -290,7 +335,7 @@ class DeviceShare:
             hit = undecided & ~fits[rows]
             assign(hit, unschedulable(insufficient(treq.device_type)))
             undecided &= ~hit
-        for name in entry.removed:
+        for name in entry.overlaid():
             slot = snapshot.index.get(name)
             if slot is not None:
                 codes[slots == slot] = -1
@@ -306,7 +351,7 @@ class DeviceShare:
         return SKIP if entry.request is None else None
 
     def _node_score(self, entry: DeviceShareState, request: DeviceRequest, node: str) -> int:
-        view = self.ledger.node_view(node, request.device_types, entry.removed_on(node))
+        view = self._view(entry, request.device_types, node)
         return self.scorer.node_score(view.cards, request)
 
     def score(self, state: CycleState, pod: Pod, node: NodeInfo) -> int:
@@ -324,10 +369,11 @@ class DeviceShare:
             return np.zeros(len(slots), np.int64)
         rows = self._slot_rows(snapshot)[slots]
         scores: IntArray = self.scorer.score_rows(self.ledger, request)[rows]
-        if entry.removed:
+        overlaid = entry.overlaid()
+        if overlaid:
             for i, slot in enumerate(slots.tolist()):
                 info = snapshot.infos[slot]
-                if info is not None and info.name in entry.removed:
+                if info is not None and info.name in overlaid:
                     scores[i] = self._node_score(entry, request, info.name)
         return scores
 

@@ -51,9 +51,10 @@ from scheduler.framework.types import Diagnosis, NodeStatuses, Snapshot, fit_err
             2,
             Diagnosis(
                 node_to_status={"a": unschedulable("Too many pods")},
-                post_filter_msg="preemption: not eligible",
+                post_filter_msg="preemption: not eligible due to preemptionPolicy=Never.",
             ),
-            "0/2 nodes are available: 1 Too many pods. preemption: not eligible.",
+            "0/2 nodes are available: 1 Too many pods. "
+            "preemption: not eligible due to preemptionPolicy=Never.",
             id="postfilter-appended",
         ),
         pytest.param(0, Diagnosis(), "no nodes available to schedule pods", id="no-nodes"),

@@ -38,6 +38,7 @@ def test_registry_names() -> None:
         "NodeAffinity",
         "NodeResourcesFit",
         "DefaultBinder",
+        "DefaultPreemption",
         "DeviceShare",
         "GPUFragmentation",
         "Coscheduling",
@@ -121,5 +122,6 @@ def test_default_plugins_kube_order() -> None:
     assert names("reserve") == ["DeviceShare"]
     assert names("pre_bind") == ["DeviceShare"]
     assert names("bind") == ["DefaultBinder"]
-    for point in ("post_filter", "permit", "post_bind", "multi_point"):
+    assert names("post_filter") == ["DefaultPreemption"]
+    for point in ("permit", "post_bind", "multi_point"):
         assert names(point) == []

@@ -95,8 +95,9 @@ def test_prefilter_rejects_members_until_min_available_pods_exist() -> None:
         cluster.apply_pod(_member(f"p{i}", "job", 3))
     sched.run_until_idle()
     assert _bound(cluster) == []
-    assert sched.failures["default/p0"].endswith(
-        "gang default/job has 2/3 pods created (min-available 3)."
+    assert sched.failures["default/p0"] == (
+        "0/1 nodes are available: gang default/job has 2/3 pods created (min-available 3). "
+        "preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
     )
     clock.advance(60)  # past the rejected members' backoff
     cluster.apply_pod(_member("p2", "job", 3))

@@ -362,7 +362,9 @@ def test_in_the_scheduler() -> None:
     assert cluster.pods["default/c"].node_name == ""
     assert sched.failures["default/c"] == (
         "0/2 nodes are available: 1 Insufficient gpu devices, 1 Insufficient koordinator.sh/"
-        "gpu-core, 1 Insufficient koordinator.sh/gpu-memory-ratio.")
+        "gpu-core, 1 Insufficient koordinator.sh/gpu-memory-ratio. preemption: 0/2 nodes are "
+        "available: 1 No preemption victims found for incoming pod, "
+        "1 Preemption is not helpful for scheduling.")
     card = plugin.ledger.node_view("g1", ["gpu"]).cards["gpu"][0]
     assert card.used == (100, 100, 16 * GI)  # a and b, each counted once after their binds
     verify(plugin.ledger)
