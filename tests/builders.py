@@ -389,6 +389,26 @@ class PodBuilder:
         self._obj.setdefault("status", {})["phase"] = phase
         return self
 
+    def priority(self, priority: int) -> PodBuilder:
+        self._spec["priority"] = priority
+        return self
+
+    def preemption_policy(self, policy: str) -> PodBuilder:
+        self._spec["preemptionPolicy"] = policy
+        return self
+
+    def start_time(self, rfc3339: str) -> PodBuilder:
+        self._obj.setdefault("status", {})["startTime"] = rfc3339
+        return self
+
+    def nominated(self, node: str) -> PodBuilder:
+        self._obj.setdefault("status", {})["nominatedNodeName"] = node
+        return self
+
+    def terminating(self) -> PodBuilder:
+        self._meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        return self
+
     def obj(self) -> dict[str, Any]:
         """The v1 Pod as a plain dict (a deep copy)."""
         return copy.deepcopy(self._obj)

@@ -67,6 +67,19 @@ def simulated_scheduler(
     )
 
 
+def run_to_rest(sched: Scheduler, clock: SimulatedClock, rounds: int = 20) -> None:
+    """Schedule until idle, then let pods that are backing off retry (a preemptor waits for its
+    victims' deletes, which move it to backoff): advance the clock past the longest backoff and
+    go on, while any pod becomes ready. Pods left unschedulable stay where they are."""
+    sched.run_until_idle()
+    for _ in range(rounds):
+        if not sched.queue.pending_counts().get("backoff"):
+            return
+        clock.advance(sched.config.pod_max_backoff_seconds)
+        sched.queue.flush()
+        sched.run_until_idle()
+
+
 def simulate(
     scenario: Scenario,
     config: SchedulerConfiguration,
@@ -84,7 +97,8 @@ def simulate(
     sched = simulated_scheduler(config, cluster, registry, default_plugins, seed)
     try:
         pending = [cluster.apply_pod(p).key for p in scenario.pending_pods]
-        sched.run_until_idle()
+        assert isinstance(sched.clock, SimulatedClock)
+        run_to_rest(sched, sched.clock)
     finally:
         sched.close()
     failures = {
