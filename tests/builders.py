@@ -389,10 +389,6 @@ class PodBuilder:
         self._obj.setdefault("status", {})["phase"] = phase
         return self
 
-    def priority(self, priority: int) -> PodBuilder:
-        self._spec["priority"] = priority
-        return self
-
     def preemption_policy(self, policy: str) -> PodBuilder:
         self._spec["preemptionPolicy"] = policy
         return self
