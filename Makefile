@@ -17,6 +17,7 @@ $(STAMP): pyproject.toml
 ## demo: schedule the demo cluster in the embedded simulator and print the placement table
 demo: $(STAMP)
 	$(BIN)/koord-scheduler simulate config/examples/demo-cluster.yaml
+	$(BIN)/koord-scheduler simulate config/examples/demo-preemption.yaml
 
 ## test: every test (unit, integration, and the real kube-apiserver tier)
 test: $(STAMP)

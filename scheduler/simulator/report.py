@@ -53,8 +53,10 @@ def render_table(result: SimulationResult) -> str:
     out: list[str] = []
     rows = [["POD", "NODE", "DEVICES", "RESULT"]]
     for key in result.pending:
-        pod = cluster.pods[key]
-        if pod.node_name:
+        pod = cluster.pods.get(key)
+        if pod is None:
+            rows.append([key, "<none>", "-", "Preempted"])
+        elif pod.node_name:
             rows.append([key, pod.node_name, _devices_of(pod), "Scheduled"])
         else:
             rows.append([key, "<none>", "-", "Unschedulable"])
@@ -67,19 +69,35 @@ def render_table(result: SimulationResult) -> str:
             if key in result.failures:
                 out.append(f"{key}: {result.failures[key]}")
 
+    if result.preemptions:
+        out.append("")
+        out.append("PREEMPTIONS (victims deleted so that a higher-priority pod fits)")
+        rows = [["PREEMPTOR", "NODE", "VICTIM", "PRIORITY", "DEVICES FREED"]]
+        for p in result.preemptions:
+            for victim in p.victims:
+                rows.append(
+                    [p.pod.key, p.node, victim.key, str(victim.priority), _devices_of(victim)]
+                )
+        out.append(table(rows))
+
     cards = [c for c in card_usage(result) if c.device_type == "gpu"]
     if cards:
         out.append("")
         out.append("GPU CARDS (allocated/total)")
         out.append(cards_table(cards))
 
-    scheduled = sum(1 for k in result.pending if cluster.pods[k].node_name)
+    scheduled = sum(1 for k in result.pending if k in cluster.pods and cluster.pods[k].node_name)
     running = sum(1 for p in cluster.pods.values() if p.node_name) - scheduled
     out.append("")
     out.append("SUMMARY")
     out.append(
         f"pods: {scheduled} scheduled, {len(result.pending) - scheduled} unschedulable "
         f"(of {len(result.pending)} pending); {running} already running"
+        + (
+            f"; {sum(len(p.victims) for p in result.preemptions)} preempted"
+            if result.preemptions
+            else ""
+        )
     )
     summary = gpu_summary(cards)
     if summary:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from scheduler.config import Plugins, SchedulerConfiguration
 from scheduler.framework.interfaces import PluginFactory
-from scheduler.scheduler import Scheduler
+from scheduler.scheduler import Preemption, Scheduler
 from scheduler.simulator.cluster import InMemoryCluster
 from scheduler.simulator.scenario import Scenario
 
@@ -41,6 +41,8 @@ class SimulationResult:
     """Keys of the pods that were to be scheduled, in file order."""
     failures: dict[str, str] = field(default_factory=dict)
     """Pod key → the scheduler's message, for pods left unscheduled."""
+    preemptions: list[Preemption] = field(default_factory=list)
+    """Every preemption of the run, in order (the victims as they were, cards included)."""
 
     def node_of(self, key: str) -> str:
         pod = self.cluster.pods.get(key)
@@ -92,6 +94,8 @@ def simulate(
         cluster.apply_node(node)
     for device in scenario.devices:
         cluster.apply_device(device)
+    for pdb in scenario.pdbs:
+        cluster.apply_pdb(pdb)
     for pod in scenario.running_pods:
         cluster.apply_pod(pod)
     sched = simulated_scheduler(config, cluster, registry, default_plugins, seed)
@@ -104,6 +108,6 @@ def simulate(
     failures = {
         key: sched.failures.get(key, "pod was not scheduled")
         for key in pending
-        if not cluster.pods[key].node_name
+        if key in cluster.pods and not cluster.pods[key].node_name
     }
-    return SimulationResult(cluster, pending, failures)
+    return SimulationResult(cluster, pending, failures, list(sched.preemptions))

@@ -19,9 +19,17 @@ import yaml
 
 from apis.core import DecodeError, decode_node, decode_pod
 from apis.device import Device
+from apis.disruption import decode_pdb
 
 DEVICE_API_VERSION = "scheduling.koordinator.sh/v1alpha1"
-_KINDS = {("v1", "Node"), ("v1", "Pod"), (DEVICE_API_VERSION, "Device")}
+_KINDS = {
+    ("v1", "Node"),
+    ("v1", "Pod"),
+    (DEVICE_API_VERSION, "Device"),
+    ("policy/v1", "PodDisruptionBudget"),
+    ("policy/v1beta1", "PodDisruptionBudget"),
+    ("scheduling.k8s.io/v1", "PriorityClass"),
+}
 
 
 class ScenarioError(ValueError):
@@ -35,6 +43,7 @@ class Scenario:
     nodes: list[dict[str, Any]] = field(default_factory=list)
     devices: list[dict[str, Any]] = field(default_factory=list)
     pods: list[dict[str, Any]] = field(default_factory=list)
+    pdbs: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def running_pods(self) -> list[dict[str, Any]]:
@@ -60,6 +69,7 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
 def parse_scenario(text: str, source: str = "<scenario>") -> Scenario:
     scenario = Scenario()
     seen: dict[tuple[str, str], int] = {}
+    classes: dict[str, tuple[int, str]] = {}
     for doc_no, index, obj in _objects(text, source):
         where = f"{source}: document {doc_no}" + (f", item {index}" if index is not None else "")
         if not isinstance(obj, Mapping):
@@ -68,7 +78,8 @@ def parse_scenario(text: str, source: str = "<scenario>") -> Scenario:
         if (api_version, kind) not in _KINDS or not isinstance(kind, str):
             raise ScenarioError(
                 f"{where}: unsupported object apiVersion={api_version!r} kind={kind!r} "
-                f"(expected v1 Node, v1 Pod or {DEVICE_API_VERSION} Device)"
+                f"(expected v1 Node, v1 Pod, {DEVICE_API_VERSION} Device, policy "
+                "PodDisruptionBudget or scheduling.k8s.io/v1 PriorityClass)"
             )
         raw_meta = obj.get("metadata")
         meta: Mapping[str, Any] = raw_meta if isinstance(raw_meta, Mapping) else {}
@@ -78,6 +89,10 @@ def parse_scenario(text: str, source: str = "<scenario>") -> Scenario:
                 key = decode_node(obj).name
             elif kind == "Pod":
                 key = decode_pod(obj).key
+            elif kind == "PodDisruptionBudget":
+                key = decode_pdb(obj).key
+            elif kind == "PriorityClass":
+                key = _priority_class(obj)[0]
             else:
                 key = Device.from_dict(obj).name
         except (DecodeError, ValueError) as exc:
@@ -88,8 +103,18 @@ def parse_scenario(text: str, source: str = "<scenario>") -> Scenario:
                 f"{label}: duplicate {kind} {key!r} (first defined in document {first})"
             )
         seen[(kind, key)] = doc_no
-        target = {"Node": scenario.nodes, "Pod": scenario.pods, "Device": scenario.devices}
+        if kind == "PriorityClass":
+            name, value, policy = _priority_class(obj)
+            classes[name] = (value, policy)
+            continue
+        target = {
+            "Node": scenario.nodes,
+            "Pod": scenario.pods,
+            "Device": scenario.devices,
+            "PodDisruptionBudget": scenario.pdbs,
+        }
         target[kind].append(dict(obj))
+    scenario.pods = [_with_priority(p, classes, source) for p in scenario.pods]
     for dev in scenario.devices:
         name = dev["metadata"]["name"]
         if ("Node", name) not in seen:
@@ -137,3 +162,38 @@ def _offset(text: str, line: int) -> int:
 
 def _kind_of(obj: Any) -> str:
     return "a list" if isinstance(obj, list) else type(obj).__name__
+
+
+def _priority_class(obj: Mapping[str, Any]) -> tuple[str, int, str]:
+    """(name, value, preemptionPolicy) of a PriorityClass; raises ``DecodeError``."""
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    if not isinstance(name, str) or not name:
+        raise DecodeError("metadata.name", "must be non-empty")
+    value = obj.get("value")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise DecodeError("value", f"expected an integer, got {value!r}")
+    policy = obj.get("preemptionPolicy") or "PreemptLowerPriority"
+    if policy not in ("PreemptLowerPriority", "Never"):
+        raise DecodeError("preemptionPolicy", f"unknown policy {policy!r}")
+    return name, value, str(policy)
+
+
+def _with_priority(
+    pod: dict[str, Any], classes: Mapping[str, tuple[int, str]], source: str
+) -> dict[str, Any]:
+    """What the API server's Priority admission does: a pod naming a PriorityClass gets its
+    value (and preemption policy) unless it states its own."""
+    spec = pod.get("spec") or {}
+    name = spec.get("priorityClassName")
+    if not name or spec.get("priority") is not None:
+        return pod
+    if name not in classes:
+        key = f"{(pod.get('metadata') or {}).get('namespace') or 'default'}/"
+        key += str((pod.get("metadata") or {}).get("name"))
+        raise ScenarioError(f"{source}: Pod {key}: no PriorityClass named {name!r}")
+    value, policy = classes[name]
+    out = dict(pod)
+    out["spec"] = {**spec, "priority": value}
+    out["spec"].setdefault("preemptionPolicy", policy)
+    return out
