@@ -252,6 +252,9 @@ class DefaultPreemption:
         statuses: dict[str, Status] = {}
         for i in range(n):
             info = potential[(offset + i) % n]
+            if not any(p.priority < pod.priority for p in info.pods.values()):
+                statuses[info.name] = unresolvable(NO_VICTIMS)  # no copies for nothing
+                continue
             found = self.select_victims(state.clone(), pod, info.copy(), pdbs)
             if isinstance(found, Status):
                 statuses[info.name] = found

@@ -18,13 +18,14 @@ from scheduler.kube.cluster import (
     KubeCluster,
     bind_permission_problem,
     device_spec,
+    discover_pdb_spec,
     fetch_view,
     node_spec,
     pod_spec,
 )
 from scheduler.kube.informer import Informer
 from scheduler.kube.ratelimit import Backoff
-from scheduler.kube.rest import RestClient, TransportError
+from scheduler.kube.rest import ApiError, RestClient, TransportError
 from tests.unit.kube.kube_fakes import (
     FakeTransport,
     json_response,
@@ -318,3 +319,67 @@ def test_record_event_goes_to_the_recorder(transport: FakeTransport) -> None:
 def test_bad_bind_mode() -> None:
     with pytest.raises(ValueError):
         KubeCluster(RestClient(FakeTransport()), None, bind_mode="nope")
+
+
+# -- preemption's writes ------------------------------------------------------------------------
+
+
+def test_a_victim_is_deleted_with_its_uid_as_precondition(transport: FakeTransport) -> None:
+    transport.on("DELETE", POD_PATH, json_response({}, 200))
+    KubeCluster(RestClient(transport), None, fence=lambda: True).delete_pod(pod())
+    (sent,) = transport.sent("DELETE", POD_PATH)
+    assert sent.body["preconditions"] == {"uid": "u1"}
+
+
+@pytest.mark.parametrize("status", [404, 409])
+def test_a_victim_already_gone_or_recreated_is_not_an_error(
+    transport: FakeTransport, status: int
+) -> None:
+    transport.on("DELETE", POD_PATH, status_response(status, "Conflict", "uid mismatch"))
+    KubeCluster(RestClient(transport), None).delete_pod(pod())
+
+
+def test_a_victim_delete_is_fenced(transport: FakeTransport) -> None:
+    """Only the lease holder evicts: a closed fence sends nothing."""
+    cluster = KubeCluster(RestClient(transport), None, fence=lambda: False)
+    with pytest.raises(BindError) as exc:
+        cluster.delete_pod(pod())
+    assert exc.value.fenced
+    assert not transport.sent("DELETE", POD_PATH)
+
+
+def test_a_failed_victim_delete_raises(transport: FakeTransport) -> None:
+    transport.on("DELETE", POD_PATH, status_response(403, "Forbidden", "no"))
+    with pytest.raises(ApiError):
+        KubeCluster(RestClient(transport), None).delete_pod(pod())
+
+
+@pytest.mark.parametrize(("node", "value"), [("n1", "n1"), ("", None)])
+def test_the_nomination_is_a_status_patch(
+    transport: FakeTransport, node: str, value: str | None
+) -> None:
+    transport.on("PATCH", f"{POD_PATH}/status", json_response({}, 200))
+    KubeCluster(RestClient(transport), None).set_nominated_node(pod(), node)
+    (sent,) = transport.sent("PATCH", f"{POD_PATH}/status")
+    assert sent.body == {"metadata": {"uid": "u1"}, "status": {"nominatedNodeName": value}}
+
+
+@pytest.mark.parametrize(
+    ("answer", "path"),
+    [
+        pytest.param(
+            json_response({"resources": [{"name": "poddisruptionbudgets"}]}),
+            "/apis/policy/v1/poddisruptionbudgets",
+            id="v1-served",
+        ),
+        pytest.param(
+            status_response(404, "NotFound", "the server could not find the requested resource"),
+            "/apis/policy/v1beta1/poddisruptionbudgets",
+            id="v1.20-serves-v1beta1",
+        ),
+    ],
+)
+def test_pdbs_are_watched_in_the_version_served(answer: Any, path: str) -> None:
+    transport = FakeTransport()
+    transport.on("GET", "/apis/policy/v1", answer)
+    assert discover_pdb_spec(RestClient(transport)).path == path
