@@ -27,8 +27,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from apis.quantity import Quantity, QuantityError, int_value
 from apis.partition import ANNOTATION_GPU_PARTITIONS, PartitionTable, partition_policy
+from apis.quantity import Quantity, QuantityError, int_value
 from apis.topology import ANNOTATION_GPU_TOPOLOGY, GPUTopology
 from apis.topology import json_kind as _kind
 
