@@ -18,9 +18,14 @@ Per requested device type (gpu, rdma, fpga in that order):
    completed from the ratio (``floor(ratio * card memory / 100)``) or the ratio from memory
    (truncated). Checking the completed amounts too means no card is ever over-committed;
 3. fewer candidates than devices needed: Unschedulable ``Insufficient <type> devices``;
-4. the choice: a GPU ``requiredTopologyScope`` must hold (else ``Insufficient Topology Scoped
-   GPU Devices``); several whole GPUs go by topology (``topology.choose_whole``); otherwise by
-   the scoring strategy's card score (binpack or spread), ties to the lowest minor.
+4. the choice: whole GPUs on a node with a partition table, a ``Honor`` policy, or for a pod
+   with a ``gpu-partition-spec`` go by the table first (``partitions.choose_partition``;
+   honoring nodes fail with its reasons, others fall through); a GPU
+   ``requiredTopologyScope`` must hold (else ``Insufficient Topology Scoped GPU Devices``);
+   several whole GPUs go by the interconnect on nodes that publish one
+   (``interconnect.choose_connected``: NVLink first, then PCIe/NUMA locality), else by
+   PCIe/NUMA (``topology.choose_whole``); otherwise by the scoring strategy's card score
+   (binpack or spread), ties to the lowest minor.
 
 Joint allocation (``device-joint-allocate``): the primary type first, then each secondary
 type preferring cards on the primary's PCIe switches (at least one per switch with
@@ -43,7 +48,9 @@ import numpy.typing as npt
 
 from apis.hints import SCOPE_NODE
 from apis.resources import DEVICE_GPU, memory_from_ratio, ratio_from_memory
+from scheduler.devices.interconnect import choose_connected
 from scheduler.devices.ledger import SHARE, NodeDeviceLedger
+from scheduler.devices.partitions import choose_partition, uses_partitions
 from scheduler.devices.request import (
     GPU_CORE_INDEX,
     GPU_MEMORY_INDEX,
@@ -166,14 +173,23 @@ def _allocate_type(
 
     all_cards = view.cards.get(t, ())
     whole = t == DEVICE_GPU and not treq.shared
-    chosen: list[CardView] | None
-    if scoped:
+    chosen: list[CardView] | None = None
+    if whole and not preferred and uses_partitions(view.meta, request.partition):
+        by_table = choose_partition(cands, all_cards, count, view.meta, request.partition)
+        if isinstance(by_table, Status):
+            return by_table
+        chosen = by_table
+    if chosen is None and scoped:
         chosen = choose_scoped(cands, all_cards, count, scope, whole, key)
         if chosen is None:
             return unschedulable(ERR_TOPOLOGY_SCOPED)
-    elif whole and count > 1 and not preferred:
-        chosen = choose_whole(cands, all_cards, count) or sorted(cands, key=key)[:count]
-    else:
+    if chosen is None and whole and count > 1 and not preferred:
+        topology = view.meta.gpu_topology
+        if topology:
+            chosen = choose_connected(cands, all_cards, count, topology)
+        else:
+            chosen = choose_whole(cands, all_cards, count)
+    if chosen is None:
         chosen = sorted(cands, key=key)[:count]
     return [_use(treq, c, amounts[c.minor]) for c in chosen]
 
