@@ -13,7 +13,14 @@ allocate), ``scoring`` and the scheduler's one ``NodeDeviceLedger`` (all in
 - Filter / ``filter_nodes``: the allocator on one node / its whole-cluster feasibility (numpy
   over the ledger; for hinted or joint requests only the nodes that pass that numpy pass are
   then tried one by one, and overlay nodes always are).
-- Score / ``score_nodes``: the node score of ``scoring.Scorer``.
+- Filter on nodes that honor GPU partition tables (``gpu-partition-policy: Honor``): the
+  numpy pass counts cards only, so for whole-GPU requests those nodes are always tried one by
+  one (and ``filter_reasons`` leaves them to ``filter``).
+- Score / ``score_nodes``: the node score of ``scoring.Scorer``; for several whole GPUs on a
+  node that publishes its interconnect (``gpu-topology``), blended half and half with the
+  connectivity score of the cards ``allocate`` would give (``interconnect.set_score``), so a
+  node whose free cards are well connected wins. Only those nodes pay for the per-node
+  ``allocate``; the result is cached in the cycle-state entry.
 - Reserve allocates on the chosen node, records it in the ledger under the pod's uid and keeps
   the allocation and its annotation in the entry; Unreserve releases it.
 - PreBind puts the ``device-allocated`` annotation (with each card's id) into
@@ -46,6 +53,7 @@ from apis.gpushare import bind_annotations as gpushare_bind_annotations
 from apis.resources import DEVICE_GPU
 from scheduler.devices import ledger_of
 from scheduler.devices.allocator import allocate, feasible_rows, insufficient
+from scheduler.devices.interconnect import set_score
 from scheduler.devices.ledger import NodeDeviceLedger
 from scheduler.devices.request import (
     GPU_MEMORY_INDEX,
@@ -99,6 +107,8 @@ class DeviceShareState:
     annotation: str = ""
     gpushare: dict[str, str] = field(default_factory=dict)
     """gpushare's bind annotations (``aliyun.com/gpu-mem`` pods), computed at Reserve."""
+    connectivity: dict[str, int] = field(default_factory=dict)
+    """Per node, the connectivity score of the cards Score found for the pod (-1: none)."""
 
     def clone(self) -> DeviceShareState:
         return DeviceShareState(
@@ -125,6 +135,7 @@ class _Extensions:
         entry = self._plugin.entry(state)
         if entry is None or entry.request is None:
             return None
+        entry.connectivity.pop(node.name, None)
         removed = entry.removed.get(node.name)
         if removed is not None:
             removed.pop(pod_to_add.uid, None)
@@ -138,6 +149,7 @@ class _Extensions:
         entry = self._plugin.entry(state)
         if entry is None or entry.request is None:
             return None
+        entry.connectivity.pop(node.name, None)
         holding = self._plugin.ledger.holding(pod_to_remove.uid)
         if holding is not None and holding.node == node.name:
             entry.removed.setdefault(node.name, {})[holding.uid] = holding
@@ -244,6 +256,14 @@ class DeviceShare:
         # Exact for plain requests; for hinted or joint ones a necessary condition (a selector
         # or a scope only removes choices), refined node by node below.
         mask: BoolArray = feasible_rows(self.ledger, request)[self._slot_rows(snapshot)]
+        if request.vectorizable and request.whole_gpus and self.ledger.honor_rows:
+            # Nodes that honor partition tables: the card count alone does not decide.
+            honor = np.isin(self._slot_rows(snapshot), list(self.ledger.honor_rows))
+            for candidate in np.flatnonzero(mask & honor).tolist():
+                info = snapshot.infos[candidate]
+                mask[candidate] = info is not None and not isinstance(
+                    self._evaluate(entry, request, info.name), Status
+                )
         if not request.vectorizable:
             for candidate in np.flatnonzero(mask).tolist():
                 info = snapshot.infos[candidate]
@@ -294,6 +314,8 @@ class DeviceShare:
             slot = snapshot.index.get(name)
             if slot is not None:
                 codes[slots == slot] = -1
+        if request.whole_gpus and self.ledger.honor_rows:
+            codes[np.isin(rows, list(self.ledger.honor_rows))] = -1
         return codes, statuses
 
     # -- Score --------------------------------------------------------------------------------
@@ -307,7 +329,29 @@ class DeviceShare:
 
     def _node_score(self, entry: DeviceShareState, request: DeviceRequest, node: str) -> int:
         view = self.ledger.node_view(node, request.device_types, entry.removed_on(node))
-        return self.scorer.node_score(view.cards, request)
+        return self._with_connectivity(
+            self.scorer.node_score(view.cards, request), entry, request, view
+        )
+
+    def _with_connectivity(
+        self, base: int, entry: DeviceShareState, request: DeviceRequest, view: NodeView
+    ) -> int:
+        """``base`` blended with the connectivity of the cards the pod would get, for several
+        whole GPUs on a node that publishes its interconnect: ``(base + set score) // 2``."""
+        topology = view.meta.gpu_topology
+        if request.whole_gpus < 2 or not topology:
+            return base
+        conn = entry.connectivity.get(view.name)
+        if conn is None:
+            uses = allocate(view, request, self.scorer)
+            if isinstance(uses, Status):
+                conn = -1
+            else:
+                cards = {c.minor: c for c in view.cards.get(DEVICE_GPU, ())}
+                chosen = [cards[u.minor] for u in uses if u.device_type == DEVICE_GPU]
+                conn = set_score(topology, chosen)
+            entry.connectivity[view.name] = conn
+        return base if conn < 0 else (base + conn) // 2
 
     def score(self, state: CycleState, pod: Pod, node: NodeInfo) -> int:
         entry = self._entry(state)
@@ -324,10 +368,17 @@ class DeviceShare:
             return np.zeros(len(slots), np.int64)
         rows = self._slot_rows(snapshot)[slots]
         scores: IntArray = self.scorer.score_rows(self.ledger, request)[rows]
-        if entry.removed:
+        connected = (
+            np.isin(rows, list(self.ledger.topology_rows))
+            if request.whole_gpus > 1 and self.ledger.topology_rows
+            else None
+        )
+        if entry.removed or connected is not None:
             for i, slot in enumerate(slots.tolist()):
                 info = snapshot.infos[slot]
-                if info is not None and info.name in entry.removed:
+                if info is None:
+                    continue
+                if info.name in entry.removed or (connected is not None and connected[i]):
                     scores[i] = self._node_score(entry, request, info.name)
         return scores
 
@@ -361,11 +412,8 @@ class DeviceShare:
             wanted = preference.get(view.name)
             if wanted:
                 keep = set(wanted)
-                narrowed = NodeView(
-                    view.name,
-                    view.has_device,
-                    {**view.cards, DEVICE_GPU: tuple(c for c in gpus if c.minor in keep)},
-                )
+                only = tuple(c for c in gpus if c.minor in keep)
+                narrowed = replace(view, cards={**view.cards, DEVICE_GPU: only})
                 result = allocate(narrowed, request, self.scorer)
                 if not isinstance(result, Status):
                     return result
