@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from apis.core import Pod
 from apis.partition import ANNOTATION_GPU_PARTITION_SPEC, POLICY_HONOR
 from scheduler.devices.partitions import ERR_INSUFFICIENT_PARTITIONED
 from scheduler.framework.status import Code
@@ -24,7 +25,7 @@ from tests.unit.devices.helpers import (
 )
 
 
-def used(node: str, *minors: int) -> list:  # type: ignore[type-arg]
+def used(node: str, *minors: int) -> list[Pod]:
     return [
         bound(gpu_pod(f"{node}-{m}", {"nvidia.com/gpu": 1}), node, gpu_alloc(m, 100, 80 * GI, 100))
         for m in minors
