@@ -13,6 +13,13 @@ does, so readers can cache per-row derived values. A node gets a row the first t
 Device CR or a holding; rows and card columns grow by doubling and are updated in place, per
 change.
 
+Per node it also keeps the read-only ``NodeMeta`` of its Device CR — the GPU interconnect
+(``gpu-topology``), the partition table (``gpu-partitions``) and the ``gpu-partition-policy``
+label — decoded once per Device change (a malformed annotation is logged, counted in
+``annotation_errors`` and treated as absent), handed out with every ``NodeView``, and the rows
+that have each (``topology_rows``, ``table_rows``, ``honor_rows``) so whole-cluster passes
+touch only those nodes.
+
 Fed only by the scheduling thread: Device add/update/delete, Pod changes (the
 ``scheduling.koordinator.sh/device-allocated`` annotation of assigned pods of any scheduler),
 and DeviceShare's Reserve/Unreserve (which also carry the bind outcome: a failed bind runs

@@ -2,7 +2,8 @@
 
 Role: the read-only card records the ledger hands out (``CardMeta``: what the Device CR
 declares; ``CardView``: a card's total/used/free at this moment; ``NodeView``: a node's cards
-per type, by minor), and the part of Koordinator's GPU allocator that looks at
+per type, by minor, with the node's ``NodeMeta``: GPU interconnect, partition table and
+policy), and the part of Koordinator's GPU allocator that looks at
 ``DeviceInfo.topology`` (``allocator_gpu.go``: ``allocateByDeviceTopology``,
 ``allocateFromScope``; the ``requiredTopologyScope`` hint). Given the candidate cards
 (those that fit the per-card request) it picks ``count`` of them:
