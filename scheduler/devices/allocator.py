@@ -35,7 +35,8 @@ type preferring cards on the primary's PCIe switches (at least one per switch wi
 Invariants: ``allocate`` is deterministic and never mutates anything; ``card_taken`` is True
 exactly where ``card_amounts`` is not None, with the same amounts; ``feasible_rows`` is True
 for a row exactly when ``allocate`` succeeds on that node for ``request.vectorizable``
-requests, and whenever it succeeds for the others.
+requests on nodes outside ``ledger.honor_rows``, and whenever it succeeds otherwise (a
+partition table only removes choices).
 """
 
 from __future__ import annotations
@@ -330,8 +331,10 @@ def feasible_rows(ledger: NodeDeviceLedger, request: DeviceRequest) -> BoolArray
     """For every ledger row, whether each requested type has ``count`` (at least one) cards
     that fit the per-card request, plus a trailing False (for nodes without a row).
 
-    For ``request.vectorizable`` requests that is exactly "``allocate`` succeeds"; for the
-    others (selector, scope, joint, allocate strategies) it is a necessary condition.
+    For ``request.vectorizable`` requests that is exactly "``allocate`` succeeds" except on
+    rows in ``ledger.honor_rows`` (whole GPUs there must form a table partition); for the
+    others (selector, scope, joint, allocate strategies, partition spec) and those rows it is
+    a necessary condition.
     """
     n = ledger.n_rows
     out = np.zeros(n + 1, bool)
