@@ -118,3 +118,32 @@ def test_deterministic_and_independent_of_minor_order() -> None:
     a = derive_partitions(topology, minors)
     b = derive_partitions(topology, list(reversed(minors)))
     assert a is not None and b is not None and a.encode() == b.encode()
+
+
+def _hybrid_cube_mesh() -> GPUTopology:
+    """8 x V100 SXM2 (DGX-1): two fully linked quads 0-3 and 4-7, card i linked to i+4; the
+    pairs 0-3, 1-2, 4-7, 5-6 and the four cross links have two links (50G), the rest one."""
+    double = {(0, 3), (1, 2), (4, 7), (5, 6), (0, 4), (1, 5), (2, 6), (3, 7)}
+    links = []
+    for a in range(8):
+        for b in range(a + 1, 8):
+            if a // 4 == b // 4 or b == a + 4:
+                n = 2 if (a, b) in double else 1
+                links.append(GPULink((a, b), "NVLink", n, bandwidth=Quantity.of(n * 25 * G)))
+    return GPUTopology(tuple(links))
+
+
+def test_v100_hybrid_cube_mesh_eight_cards() -> None:
+    table = derive_partitions(_hybrid_cube_mesh(), range(8))
+    assert table is not None and table.sizes() == (1, 2, 4, 8)
+    pairs = {p.minors: p.allocation_score for p in table.of_size(2)}
+    assert len(pairs) == 16  # 6 + 6 in the quads, 4 across
+    assert {m for m, s in pairs.items() if s == 2} == {
+        (0, 3), (1, 2), (4, 7), (5, 6), (0, 4), (1, 5), (2, 6), (3, 7)
+    }
+    fours = [p.minors for p in table.of_size(4)]
+    assert (0, 1, 2, 3) in fours and (4, 5, 6, 7) in fours and (0, 1, 4, 5) in fours
+    assert (0, 1, 2, 4) not in fours  # card 4 has one NVLink peer in that set: no ring
+    best_four = table.of_size(4)[0]
+    assert best_four.ring_bandwidth == Quantity.parse("50G")  # e.g. 0-3-7-4-0, all doubles
+    assert [p.minors for p in table.of_size(8)] == [tuple(range(8))]
