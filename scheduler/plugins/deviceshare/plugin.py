@@ -20,7 +20,8 @@ allocate), ``scoring`` and the scheduler's one ``NodeDeviceLedger`` (all in
   node that publishes its interconnect (``gpu-topology``), blended half and half with the
   connectivity score of the cards ``allocate`` would give (``interconnect.set_score``), so a
   node whose free cards are well connected wins. Only those nodes pay for the per-node
-  ``allocate``; the result is cached in the cycle-state entry.
+  ``allocate``; its outcome is cached in the cycle-state entry and, for plain requests,
+  across pods by the node's ledger row version and the request's shape.
 - Reserve allocates on the chosen node, records it in the ledger under the pod's uid and keeps
   the allocation and its annotation in the entry; Unreserve releases it.
 - PreBind puts the ``device-allocated`` annotation (with each card's id) into
@@ -97,6 +98,17 @@ ALLOCATION_KEY = "DeviceShare/allocation"
 """Cycle-state key where Reserve publishes the ``device-allocated`` text it reserved."""
 
 
+_SHAPE_CACHE_MAX = 65536
+
+
+def _shape(request: DeviceRequest) -> tuple[object, ...] | None:
+    """What ``allocate``'s outcome depends on in a plain request (no hint, no joint rule);
+    None for the others (they are not cached across pods)."""
+    if request.hints or request.joint_types:
+        return None
+    return (request.types, request.partition, request.gpushare_units)
+
+
 @dataclass(slots=True)
 class DeviceShareState:
     """The cycle-state entry: the frozen request, the preemption overlay, the allocation."""
@@ -108,7 +120,8 @@ class DeviceShareState:
     gpushare: dict[str, str] = field(default_factory=dict)
     """gpushare's bind annotations (``aliyun.com/gpu-mem`` pods), computed at Reserve."""
     connectivity: dict[str, int] = field(default_factory=dict)
-    """Per node, the connectivity score of the cards Score found for the pod (-1: none)."""
+    """Per node, ``allocate``'s outcome for the pod: -1 (fails) or the connectivity score of
+    the cards it gives (see ``DeviceShare._outcome``)."""
 
     def clone(self) -> DeviceShareState:
         return DeviceShareState(
@@ -176,6 +189,7 @@ class DeviceShare:
         self._extensions = _Extensions(self)
         self._rows_key: tuple[int, int, int, int] | None = None
         self._rows: IntArray = np.zeros(0, np.int64)
+        self._shape_cache: dict[tuple[object, ...], int] = {}
 
     @classmethod
     def with_handle(cls, handle: Handle, args: DeviceShareArgs | None = None) -> DeviceShare:
@@ -261,9 +275,7 @@ class DeviceShare:
             honor = np.isin(self._slot_rows(snapshot), list(self.ledger.honor_rows))
             for candidate in np.flatnonzero(mask & honor).tolist():
                 info = snapshot.infos[candidate]
-                mask[candidate] = info is not None and not isinstance(
-                    self._evaluate(entry, request, info.name), Status
-                )
+                mask[candidate] = info is not None and self._outcome(entry, request, info.name) >= 0
         if not request.vectorizable:
             for candidate in np.flatnonzero(mask).tolist():
                 info = snapshot.infos[candidate]
@@ -338,20 +350,47 @@ class DeviceShare:
     ) -> int:
         """``base`` blended with the connectivity of the cards the pod would get, for several
         whole GPUs on a node that publishes its interconnect: ``(base + set score) // 2``."""
-        topology = view.meta.gpu_topology
-        if request.whole_gpus < 2 or not topology:
+        if request.whole_gpus < 2 or not view.meta.gpu_topology:
             return base
-        conn = entry.connectivity.get(view.name)
+        conn = self._outcome(entry, request, view.name, view)
+        return base if conn < 0 else (base + conn) // 2
+
+    def _outcome(
+        self,
+        entry: DeviceShareState,
+        request: DeviceRequest,
+        node: str,
+        view: NodeView | None = None,
+    ) -> int:
+        """-1 when ``allocate`` fails on ``node``, else the connectivity score (0-100) of the
+        GPUs it gives (100 without an interconnect). Cached per cycle in the entry and, for
+        plain requests on nodes without removed pods, across pods by the node's row version
+        and the request's shape (``_shape_cache``)."""
+        conn = entry.connectivity.get(node)
+        if conn is not None:
+            return conn
+        key: tuple[object, ...] | None = None
+        shape = _shape(request)
+        row = self.ledger.row_of(node)
+        if shape is not None and row is not None and node not in entry.removed:
+            key = (node, int(self.ledger.row_version[row]), shape)
+            conn = self._shape_cache.get(key)
         if conn is None:
+            if view is None:
+                view = self.ledger.node_view(node, request.device_types, entry.removed_on(node))
             uses = allocate(view, request, self.scorer)
             if isinstance(uses, Status):
                 conn = -1
             else:
                 cards = {c.minor: c for c in view.cards.get(DEVICE_GPU, ())}
                 chosen = [cards[u.minor] for u in uses if u.device_type == DEVICE_GPU]
-                conn = set_score(topology, chosen)
-            entry.connectivity[view.name] = conn
-        return base if conn < 0 else (base + conn) // 2
+                conn = set_score(view.meta.gpu_topology, chosen)
+            if key is not None:
+                if len(self._shape_cache) >= _SHAPE_CACHE_MAX:
+                    self._shape_cache.clear()
+                self._shape_cache[key] = conn
+        entry.connectivity[node] = conn
+        return conn
 
     def score(self, state: CycleState, pod: Pod, node: NodeInfo) -> int:
         entry = self._entry(state)
@@ -378,8 +417,12 @@ class DeviceShare:
                 info = snapshot.infos[slot]
                 if info is None:
                     continue
-                if info.name in entry.removed or (connected is not None and connected[i]):
+                if info.name in entry.removed:
                     scores[i] = self._node_score(entry, request, info.name)
+                elif connected is not None and connected[i]:
+                    conn = self._outcome(entry, request, info.name)
+                    if conn >= 0:
+                        scores[i] = (int(scores[i]) + conn) // 2
         return scores
 
     # -- Reserve / PreBind ------------------------------------------------------------------------
