@@ -110,3 +110,24 @@ def test_single_card_scores_are_unchanged() -> None:
     state, _ = prefilter(plugin, pod)
     scores = plugin.score_nodes(state, pod, snapshot, snapshot.live_slots())
     assert np.unique(scores).size == 1
+
+
+def test_outcome_cache_follows_the_ledger() -> None:
+    # One node with the NVLink pair (2,3) and card 5 free; the first pod takes the pair.
+    nodes = [topology_node("n", 6, pairs_topology(6))]
+    plugin, snapshot = plugin_of(nodes, used("n", 0, 1, 4))
+    slots = snapshot.live_slots()
+    first = gpu_pod("a", {"nvidia.com/gpu": 2}).uid("uid-a").build()
+    state, _ = prefilter(plugin, first)
+    before = plugin.score_nodes(state, first, snapshot, slots).tolist()
+    assert plugin.reserve(state, first, "n") is None
+    entry = plugin.entry(state)
+    assert entry is not None and entry.holding is not None
+    assert sorted(u.minor for u in entry.holding.uses) == [2, 3]
+    second = gpu_pod("b", {"nvidia.com/gpu": 2}).uid("uid-b").build()
+    state2, _ = prefilter(plugin, second)
+    # Only card 5 is free now: allocate fails, the score is the plain one (not the cached 90).
+    after = plugin.score_nodes(state2, second, snapshot, slots).tolist()
+    assert after == [plugin.score(state2, second, info(snapshot, "n"))]
+    assert not plugin.filter_nodes(state2, second, snapshot).any()
+    assert before != after
