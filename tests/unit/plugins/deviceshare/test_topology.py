@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from apis.core import Pod
 from apis.partition import ANNOTATION_GPU_PARTITION_SPEC, POLICY_HONOR
@@ -131,3 +133,41 @@ def test_outcome_cache_follows_the_ledger() -> None:
     assert after == [plugin.score(state2, second, info(snapshot, "n"))]
     assert not plugin.filter_nodes(state2, second, snapshot).any()
     assert before != after
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["pairs", "switch", "none"]),
+            st.booleans(),  # table
+            st.booleans(),  # Honor
+            st.sets(st.integers(0, 7), max_size=6),  # cards in use
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+    st.integers(1, 4),
+    st.sampled_from([None, "{}", '{"allocatePolicy":"Restricted","ringBusBandwidth":"400G"}']),
+)
+def test_both_forms_agree_on_random_topology_clusters(
+    specs: list[tuple[str, bool, bool, set[int]]], count: int, spec: str | None
+) -> None:
+    nodes, pods = [], []
+    for i, (kind, table, honor, busy) in enumerate(specs):
+        topology = {"pairs": pairs_topology(8), "switch": nvswitch_topology(8), "none": None}[kind]
+        nodes.append(topology_node(f"n{i}", 8, topology, hopper_table() if table else None,
+                                   POLICY_HONOR if honor else None))
+        pods += used(f"n{i}", *sorted(busy))
+    plugin, snapshot = plugin_of(nodes, pods)
+    annotations = {} if spec is None else {ANNOTATION_GPU_PARTITION_SPEC: spec}
+    pod = gpu_pod("p", {"nvidia.com/gpu": count}, annotations).build()
+    state, status = prefilter(plugin, pod)
+    assert status is None
+    mask = plugin.filter_nodes(state, pod, snapshot).tolist()
+    per_node = [plugin.filter(state, pod, info(snapshot, n.name)) is None for n in nodes]
+    assert mask == per_node
+    slots = snapshot.live_slots()
+    fresh, _ = prefilter(plugin, pod)  # a new cycle: the per-node form computes from scratch
+    scores = plugin.score_nodes(state, pod, snapshot, slots).tolist()
+    assert scores == [plugin.score(fresh, pod, info(snapshot, n.name)) for n in nodes]
