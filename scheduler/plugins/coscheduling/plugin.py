@@ -157,7 +157,7 @@ class Coscheduling:
         except GangSpecError as err:
             return unresolvable(f"gang: {err}")
         if spec is None:
-            return None
+            return SKIP  # Filter has nothing to say about a pod outside gangs
         gang = self._gang(spec)
         if pod.uid not in gang.pods:  # not yet seen through an event (e.g. a direct call)
             gang.pods.add(pod.uid)
