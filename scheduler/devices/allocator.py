@@ -158,7 +158,16 @@ def _allocate_type(
             cands.append(c)
     scope = hint.required_topology_scope if hint is not None and t == DEVICE_GPU else ""
     scoped = scope not in ("", SCOPE_NODE)
-    if len(cands) < count:
+    all_cards = view.cards.get(t, ())
+    whole = t == DEVICE_GPU and not treq.shared
+    chosen: list[CardView] | None = None
+    if whole and not preferred and uses_partitions(view.meta, request.partition):
+        # First, as in Koordinator: a node that honors partitions answers with their reasons.
+        by_table = choose_partition(cands, all_cards, count, view.meta, request.partition)
+        if isinstance(by_table, Status):
+            return by_table
+        chosen = by_table
+    if chosen is None and len(cands) < count:
         return unschedulable(ERR_TOPOLOGY_SCOPED if scoped else insufficient(t))
     scores = {c.minor: scorer.card_score(t, c, amounts[c.minor]) for c in cands}
 
@@ -172,14 +181,6 @@ def _allocate_type(
 
     key = binpack if request.gpushare_units and t == DEVICE_GPU else order
 
-    all_cards = view.cards.get(t, ())
-    whole = t == DEVICE_GPU and not treq.shared
-    chosen: list[CardView] | None = None
-    if whole and not preferred and uses_partitions(view.meta, request.partition):
-        by_table = choose_partition(cands, all_cards, count, view.meta, request.partition)
-        if isinstance(by_table, Status):
-            return by_table
-        chosen = by_table
     if chosen is None and scoped:
         chosen = choose_scoped(cands, all_cards, count, scope, whole, key)
         if chosen is None:

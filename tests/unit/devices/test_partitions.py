@@ -110,6 +110,16 @@ UNRESOLVABLE, UNSCHEDULABLE = Code.UNSCHEDULABLE_AND_UNRESOLVABLE, Code.UNSCHEDU
             status(UNRESOLVABLE, ERR_MISSING_PARTITION_TABLE), id="honor-without-table",
         ),
         pytest.param(
+            topology_node("n", 8, nvswitch_topology(8), HOPPER, POLICY_HONOR),
+            [0, 1, 2, 3, 4, 5, 6], 3, None,
+            status(UNRESOLVABLE, ERR_UNSUPPORTED_GPU_COUNT), id="honor-reason-before-count",
+        ),
+        pytest.param(
+            topology_node("n", 8, nvswitch_topology(8), HOPPER, POLICY_HONOR),
+            [0, 1, 2, 3, 4, 5, 6], 2, None,
+            status(UNSCHEDULABLE, ERR_INSUFFICIENT_PARTITIONED), id="honor-too-few-free",
+        ),
+        pytest.param(
             topology_node("n", 8, nvswitch_topology(8), HOPPER, POLICY_PREFER), [1, 4], 4, None,
             [2, 3, 6, 7], id="prefer-none-fits-usual-choice",
         ),
