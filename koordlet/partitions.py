@@ -14,10 +14,11 @@ Rules (``docs/topology.md``), over the node's GPU minors sorted ascending, sizes
   Koordinator's table for Hopper boxes (1: each card; 2: 0-1, 2-3, 4-5, 6-7; 4: 0-3, 4-7;
   8: all).
 - **NVLink bridges and meshes** (NVLink pairs such as A100 PCIe with NV12 bridges, the V100
-  hybrid cube mesh): size 1: every card; size k >= 2: every k cards (every aligned block above
-  8 cards) joined by an NVLink *ring* — a cycle through all of them whose every hop is an
-  NVLink pair of known bandwidth. A size without such a set is left out (8 x A100 in NVLink
-  pairs: sizes 1 and 2 only).
+  hybrid cube mesh): size 1: every card; size k >= 2: every k cards (on nodes of more than 8
+  cards, the aligned blocks only) joined by an NVLink *ring* — a cycle through all of them
+  whose every hop is an NVLink pair of known bandwidth (sets of more than 10 cards: every pair
+  NVLink). A size without such a set is left out (8 x A100 in NVLink pairs: sizes 1 and 2
+  only).
 
 Every entry has ``gpuLinkType: NVLink``; ``ringBusBandwidth`` is the best ring's bottleneck
 bandwidth (``apis.topology.ring_bandwidth``; none for one card); ``allocationScore`` ranks the
@@ -42,6 +43,8 @@ __all__ = ["derive_partitions", "is_nvswitch_box"]
 
 _EXHAUSTIVE_MAX: Final = 8
 """Up to this many cards every subset is considered; above it, aligned blocks only."""
+_RING_EXACT_MAX: Final = 10
+"""Up to this many cards in a set the NVLink ring is searched exactly."""
 
 
 def _sizes(n: int) -> list[int]:
@@ -117,19 +120,33 @@ def derive_partitions(topology: GPUTopology, minors: Iterable[int]) -> Partition
 
 
 def _nvlink_ring(topology: GPUTopology, subset: Sequence[int]) -> bool:
-    """A cycle through ``subset`` whose every hop is NVLink (two cards: their one pair)."""
-    if len(subset) == 2:
-        link = topology.link(subset[0], subset[1])
+    """A cycle through ``subset`` whose every hop is NVLink (two cards: their one pair).
+
+    Exact up to ``_RING_EXACT_MAX`` cards (a search over card subsets, O(2^k k^2)); above that,
+    every pair must be NVLink."""
+    k = len(subset)
+
+    def nv(a: int, b: int) -> bool:
+        link = topology.link(subset[a], subset[b])
         return link is not None and link.is_nvlink
-    first, rest = subset[0], subset[1:]
-    for order in itertools.permutations(rest):
-        path = (first, *order, first)
-        ok = True
-        for a, b in itertools.pairwise(path):
-            link = topology.link(a, b)
-            if link is None or not link.is_nvlink:
-                ok = False
-                break
-        if ok:
-            return True
-    return False
+
+    if k == 2:
+        return nv(0, 1)
+    if k > _RING_EXACT_MAX:
+        return all(nv(a, b) for a, b in itertools.combinations(range(k), 2))
+    adjacent = [[a != b and nv(a, b) for b in range(k)] for a in range(k)]
+    # reach[mask]: the cards a path from card 0 through exactly ``mask`` can end at (bit set).
+    reach = [0] * (1 << k)
+    reach[1] = 1
+    for mask in range(1, 1 << k, 2):
+        ends = reach[mask]
+        if not ends:
+            continue
+        for v in range(k):
+            if not ends >> v & 1:
+                continue
+            for w in range(1, k):
+                if not mask >> w & 1 and adjacent[v][w]:
+                    reach[mask | 1 << w] |= 1 << w
+    full = reach[(1 << k) - 1]
+    return any(full >> v & 1 and adjacent[v][0] for v in range(1, k))

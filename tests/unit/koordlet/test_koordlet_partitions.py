@@ -147,3 +147,14 @@ def test_v100_hybrid_cube_mesh_eight_cards() -> None:
     best_four = table.of_size(4)[0]
     assert best_four.ring_bandwidth == Quantity.parse("50G")  # e.g. 0-3-7-4-0, all doubles
     assert [p.minors for p in table.of_size(8)] == [tuple(range(8))]
+
+
+def test_sixteen_cards_use_aligned_blocks() -> None:
+    pairs = GPUTopology(tuple(_nv(a, a + 1, 300) for a in range(0, 16, 2)))
+    table = derive_partitions(pairs, range(16))
+    assert table is not None and table.sizes() == (1, 2)
+    assert [p.minors for p in table.of_size(2)] == [(a, a + 1) for a in range(0, 16, 2)]
+    mesh = GPUTopology(tuple(_nv(a, b, 100) for a in range(16) for b in range(a + 1, 16)))
+    full = derive_partitions(mesh, range(16))
+    assert full is not None and full.sizes() == (1, 2, 4, 8, 16)
+    assert [p.minors for p in full.of_size(8)] == [tuple(range(8)), tuple(range(8, 16))]
