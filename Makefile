@@ -14,10 +14,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,dev,trace,bound]'
 	@touch $(STAMP)
 
-## demo: schedule the demo cluster in the embedded simulator and print the placement table
+## demo: schedule the demo cluster in the embedded simulator and print the placement table,
+## then the preemption demo and the interconnect demo (partition tables, NVLink, a gang)
 demo: $(STAMP)
 	$(BIN)/koord-scheduler simulate config/examples/demo-cluster.yaml
 	$(BIN)/koord-scheduler simulate config/examples/demo-preemption.yaml
+	$(BIN)/koord-scheduler simulate config/examples/demo-topology.yaml \
+		--config config/examples/demo-topology-config.yaml
 
 ## test: every test (unit, integration, and the real kube-apiserver tier)
 test: $(STAMP)

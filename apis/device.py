@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from apis.partition import ANNOTATION_GPU_PARTITIONS, PartitionTable, partition_policy
 from apis.quantity import Quantity, QuantityError, int_value
 from apis.topology import ANNOTATION_GPU_TOPOLOGY, GPUTopology
 from apis.topology import json_kind as _kind
@@ -422,6 +423,18 @@ class Device:
         ``apis.topology``); empty when absent. Raises ``TopologyDecodeError`` when malformed."""
         text = self.annotations.get(ANNOTATION_GPU_TOPOLOGY)
         return GPUTopology() if text is None else GPUTopology.decode(text)
+
+    def gpu_partitions(self) -> PartitionTable | None:
+        """The node's GPU partition table (annotation ``scheduling.koordinator.sh/gpu-partitions``,
+        ``apis.partition``); None when absent or empty. Raises ``PartitionDecodeError`` when
+        malformed."""
+        text = self.annotations.get(ANNOTATION_GPU_PARTITIONS)
+        return None if not text else PartitionTable.decode(text)
+
+    @property
+    def gpu_partition_policy(self) -> str:
+        """``Honor`` or ``Prefer`` (label ``node.koordinator.sh/gpu-partition-policy``)."""
+        return partition_policy(self.labels)
 
     @classmethod
     def from_dict(cls, obj: Mapping[str, Any]) -> Device:

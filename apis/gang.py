@@ -6,7 +6,9 @@ Role: a pure decoder. ``gang_of(pod)`` reads a pod's gang spec from Koordinator'
 ``scheduling.sigs.k8s.io/v1alpha1`` PodGroup (``minMember``, ``scheduleTimeoutSeconds``).
 
 Invariants: a gang is identified by ``namespace/name``; a gang always belongs to its own group;
-a bad value raises ``GangSpecError`` naming the annotation (never a bare traceback); defaults
+a bad value raises ``GangSpecError`` naming the annotation (never a bare traceback); a
+``network-topology-spec`` with ``MustGather`` at ``NodeTopologyLayer`` marks the gang
+``same_node`` (other layers are accepted and ignored: no network topology here); defaults
 follow Koordinator: mode Strict, waiting time 600 s, match policy once-satisfied, total number
 equal to min-available.
 """
@@ -30,6 +32,13 @@ ANNOTATION_WAITING_TIME = f"{PREFIX}/waiting-time"
 ANNOTATION_GROUPS = f"{PREFIX}/groups"
 ANNOTATION_MATCH_POLICY = f"{PREFIX}/match-policy"
 ANNOTATION_TIMEOUT = f"{PREFIX}/timeout"
+ANNOTATION_NETWORK_TOPOLOGY_SPEC = f"{PREFIX}/network-topology-spec"
+
+LAYER_NODE = "NodeTopologyLayer"
+"""The network-topology layer of one node: ``MustGather`` there keeps the gang on one node."""
+GATHER_MUST = "MustGather"
+GATHER_PREFER = "PreferGather"
+GATHER_STRATEGIES = frozenset({GATHER_MUST, GATHER_PREFER})
 
 LABEL_POD_GROUP_NAME = "pod-group.scheduling.sigs.k8s.io/name"
 LABEL_POD_GROUP_MIN_AVAILABLE = "pod-group.scheduling.sigs.k8s.io/min-available"
@@ -67,6 +76,9 @@ class GangSpec:
     waiting_seconds: float = DEFAULT_WAITING_SECONDS
     groups: tuple[str, ...] = ()  # gang ids, always including ``id``
     match_policy: str = MATCH_ONCE_SATISFIED
+    same_node: bool = False
+    """``network-topology-spec`` gathers the gang ``MustGather`` at ``NodeTopologyLayer``:
+    every member on one node, their cards together the best-connected set there."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +130,36 @@ def _groups(text: str, namespace: str, gang_id: str) -> tuple[str, ...]:
     return tuple(sorted(ids))
 
 
+def _same_node(text: str) -> bool:
+    """Koordinator's ``{"gatherStrategy":[{"layer":..,"strategy":..}]}``: True when it says
+    ``MustGather`` at ``NodeTopologyLayer`` (other layers are accepted and not acted on)."""
+    field = ANNOTATION_NETWORK_TOPOLOGY_SPEC
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError:
+        raise GangSpecError(f"{field}: not a JSON object") from None
+    if not isinstance(raw, dict):
+        raise GangSpecError(f"{field}: not a JSON object")
+    strategies = raw.get("gatherStrategy")
+    if strategies is None:
+        strategies = []
+    if not isinstance(strategies, list):
+        raise GangSpecError(f"{field}: gatherStrategy is not a list")
+    same = False
+    for i, entry in enumerate(strategies):
+        if not isinstance(entry, dict) or not isinstance(entry.get("layer"), str):
+            raise GangSpecError(f"{field}: gatherStrategy[{i}] needs a layer")
+        strategy = entry.get("strategy", GATHER_PREFER)
+        if strategy not in GATHER_STRATEGIES:
+            raise GangSpecError(
+                f"{field}: gatherStrategy[{i}].strategy {strategy!r} is not MustGather or "
+                "PreferGather"
+            )
+        if entry["layer"] == LAYER_NODE and strategy == GATHER_MUST:
+            same = True
+    return same
+
+
 def gang_of(pod: Pod) -> GangSpec | None:
     """The pod's gang, or None when it belongs to none. Raises GangSpecError on bad values."""
     ann = pod.annotations
@@ -147,7 +189,12 @@ def gang_of(pod: Pod) -> GangSpec | None:
         groups: tuple[str, ...] = (gang_id,)
         if ANNOTATION_GROUPS in ann:
             groups = _groups(ann[ANNOTATION_GROUPS], pod.namespace, gang_id)
-        return GangSpec(gang_id, min_available, total, mode, waiting, groups, policy)
+        same_node = False
+        if ANNOTATION_NETWORK_TOPOLOGY_SPEC in ann:
+            same_node = _same_node(ann[ANNOTATION_NETWORK_TOPOLOGY_SPEC])
+        return GangSpec(
+            gang_id, min_available, total, mode, waiting, groups, policy, same_node
+        )
     label = pod.labels.get(LABEL_POD_GROUP_NAME, "") or pod.labels.get(LABEL_POD_GROUP, "")
     if not label:
         return None

@@ -21,6 +21,11 @@ Invariants (Koordinator's ``koordlet/statesinformer/impl/states_device_linux.go`
 - The ``scheduling.koordinator.sh/gpu-topology`` annotation (``apis.topology``) carries the
   discovered GPU interconnect, encoded deterministically so an unchanged topology never
   causes a write; no known pair, no annotation.
+- The ``scheduling.koordinator.sh/gpu-partitions`` annotation (``apis.partition``) is the
+  table ``koordlet.partitions.derive_partitions`` derives from that interconnect (NVSwitch
+  boxes, NVLink bridges and meshes); PCIe-only nodes get none. The partition policy label
+  ``node.koordinator.sh/gpu-partition-policy`` is the operator's (never written here, kept by
+  ``merge_device``).
 - Node totals: per device type present on the node, the sum of its *healthy* devices'
   resources (100 x healthy GPUs for gpu-core and gpu-memory-ratio, their memory for
   gpu-memory; rdma and fpga likewise); a type without devices is not advertised.
@@ -49,6 +54,7 @@ from apis.device import (
     DeviceInfo,
     DeviceTopology,
 )
+from apis.partition import ANNOTATION_GPU_PARTITIONS
 from apis.quantity import BINARY_SI, DECIMAL_SI, Quantity, QuantityError
 from apis.resources import (
     DEVICE_FPGA,
@@ -63,6 +69,7 @@ from apis.resources import (
 )
 from apis.topology import ANNOTATION_GPU_TOPOLOGY, GPUTopology
 from koordlet.devices.library import GPU, HEALTHY, Health
+from koordlet.partitions import derive_partitions
 from koordlet.pods import PodRecord
 
 __all__ = [
@@ -94,7 +101,11 @@ _TYPE_RESOURCES: Final[Mapping[str, tuple[str, ...]]] = {
 }
 MANAGED_NODE_RESOURCES: Final = tuple(n for ns in _TYPE_RESOURCES.values() for n in ns)
 OWNED_LABELS: Final = (LABEL_GPU_VENDOR, LABEL_GPU_MODEL, LABEL_GPU_DRIVER_VERSION)
-OWNED_ANNOTATIONS: Final = (ANNOTATION_DEVICES_CHECKPOINTS, ANNOTATION_GPU_TOPOLOGY)
+OWNED_ANNOTATIONS: Final = (
+    ANNOTATION_DEVICES_CHECKPOINTS,
+    ANNOTATION_GPU_TOPOLOGY,
+    ANNOTATION_GPU_PARTITIONS,
+)
 _BINARY_RESOURCES: Final = frozenset({GPU_MEMORY})
 _STATUS_TRUE: Final = "True"
 _STATUS_FALSE: Final = "False"
@@ -237,6 +248,9 @@ def desired_device(
     )
     if inventory.topology:
         annotations[ANNOTATION_GPU_TOPOLOGY] = inventory.topology.encode()
+        table = derive_partitions(inventory.topology, (g.minor for g in inventory.gpus))
+        if table:
+            annotations[ANNOTATION_GPU_PARTITIONS] = table.encode()
     owners = (node_owner_reference(node_name, node_uid),) if node_uid else ()
     return Device(
         name=node_name,

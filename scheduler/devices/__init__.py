@@ -9,7 +9,12 @@ rather than keep their own picture. Layout, by concern:
   (``CardUse``, ``Holding``; from ``device-allocated`` and ``devices-checkpoints``);
 - ``ledger``: ``NodeDeviceLedger``, the matrices (per type: resources x nodes x cards
   ``total``/``used``/``free``, ``healthy``, the per-card ``share``) and the holdings by pod uid;
-- ``topology``: the read-only card records (``CardView``, ``NodeView``) and the PCIe/NUMA choice;
+- ``topology``: the read-only card and node records (``CardView``, ``NodeView``, ``NodeMeta``)
+  and the PCIe/NUMA choice;
+- ``interconnect``: the NVLink-aware choice of several whole GPUs and a set's connectivity
+  score (``choose_connected``, ``set_score``; ``docs/topology.md``);
+- ``partitions``: the choice by GPU partition table (``choose_partition``: Honor/Prefer,
+  Restricted/BestEffort, Koordinator's reasons);
 - ``scoring``: card and node scores (``Scorer``: LeastAllocated / MostAllocated, weights);
 - ``allocator``: which cards a request gets on a node (``allocate``), whole-cluster feasibility
   (``feasible_rows``, ``rows_feasible``) and the per-card fit as matrices (``card_fits``,

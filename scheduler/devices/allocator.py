@@ -18,9 +18,14 @@ Per requested device type (gpu, rdma, fpga in that order):
    completed from the ratio (``floor(ratio * card memory / 100)``) or the ratio from memory
    (truncated). Checking the completed amounts too means no card is ever over-committed;
 3. fewer candidates than devices needed: Unschedulable ``Insufficient <type> devices``;
-4. the choice: a GPU ``requiredTopologyScope`` must hold (else ``Insufficient Topology Scoped
-   GPU Devices``); several whole GPUs go by topology (``topology.choose_whole``); otherwise by
-   the scoring strategy's card score (binpack or spread), ties to the lowest minor.
+4. the choice: whole GPUs on a node with a partition table, a ``Honor`` policy, or for a pod
+   with a ``gpu-partition-spec`` go by the table first (``partitions.choose_partition``;
+   honoring nodes fail with its reasons, others fall through); a GPU
+   ``requiredTopologyScope`` must hold (else ``Insufficient Topology Scoped GPU Devices``);
+   several whole GPUs go by the interconnect on nodes that publish one
+   (``interconnect.choose_connected``: NVLink first, then PCIe/NUMA locality), else by
+   PCIe/NUMA (``topology.choose_whole``); otherwise by the scoring strategy's card score
+   (binpack or spread), ties to the lowest minor.
 
 Joint allocation (``device-joint-allocate``): the primary type first, then each secondary
 type preferring cards on the primary's PCIe switches (at least one per switch with
@@ -30,7 +35,8 @@ type preferring cards on the primary's PCIe switches (at least one per switch wi
 Invariants: ``allocate`` is deterministic and never mutates anything; ``card_taken`` is True
 exactly where ``card_amounts`` is not None, with the same amounts; ``feasible_rows`` is True
 for a row exactly when ``allocate`` succeeds on that node for ``request.vectorizable``
-requests, and whenever it succeeds for the others.
+requests on nodes outside ``ledger.honor_rows``, and whenever it succeeds otherwise (a
+partition table only removes choices).
 """
 
 from __future__ import annotations
@@ -43,7 +49,9 @@ import numpy.typing as npt
 
 from apis.hints import SCOPE_NODE
 from apis.resources import DEVICE_GPU, memory_from_ratio, ratio_from_memory
+from scheduler.devices.interconnect import choose_connected
 from scheduler.devices.ledger import SHARE, NodeDeviceLedger
+from scheduler.devices.partitions import choose_partition, uses_partitions
 from scheduler.devices.request import (
     GPU_CORE_INDEX,
     GPU_MEMORY_INDEX,
@@ -150,7 +158,16 @@ def _allocate_type(
             cands.append(c)
     scope = hint.required_topology_scope if hint is not None and t == DEVICE_GPU else ""
     scoped = scope not in ("", SCOPE_NODE)
-    if len(cands) < count:
+    all_cards = view.cards.get(t, ())
+    whole = t == DEVICE_GPU and not treq.shared
+    chosen: list[CardView] | None = None
+    if whole and not preferred and uses_partitions(view.meta, request.partition):
+        # First, as in Koordinator: a node that honors partitions answers with their reasons.
+        by_table = choose_partition(cands, all_cards, count, view.meta, request.partition)
+        if isinstance(by_table, Status):
+            return by_table
+        chosen = by_table
+    if chosen is None and len(cands) < count:
         return unschedulable(ERR_TOPOLOGY_SCOPED if scoped else insufficient(t))
     scores = {c.minor: scorer.card_score(t, c, amounts[c.minor]) for c in cands}
 
@@ -164,16 +181,17 @@ def _allocate_type(
 
     key = binpack if request.gpushare_units and t == DEVICE_GPU else order
 
-    all_cards = view.cards.get(t, ())
-    whole = t == DEVICE_GPU and not treq.shared
-    chosen: list[CardView] | None
-    if scoped:
+    if chosen is None and scoped:
         chosen = choose_scoped(cands, all_cards, count, scope, whole, key)
         if chosen is None:
             return unschedulable(ERR_TOPOLOGY_SCOPED)
-    elif whole and count > 1 and not preferred:
-        chosen = choose_whole(cands, all_cards, count) or sorted(cands, key=key)[:count]
-    else:
+    if chosen is None and whole and count > 1 and not preferred:
+        topology = view.meta.gpu_topology
+        if topology:
+            chosen = choose_connected(cands, all_cards, count, topology)
+        else:
+            chosen = choose_whole(cands, all_cards, count)
+    if chosen is None:
         chosen = sorted(cands, key=key)[:count]
     return [_use(treq, c, amounts[c.minor]) for c in chosen]
 
@@ -314,8 +332,10 @@ def feasible_rows(ledger: NodeDeviceLedger, request: DeviceRequest) -> BoolArray
     """For every ledger row, whether each requested type has ``count`` (at least one) cards
     that fit the per-card request, plus a trailing False (for nodes without a row).
 
-    For ``request.vectorizable`` requests that is exactly "``allocate`` succeeds"; for the
-    others (selector, scope, joint, allocate strategies) it is a necessary condition.
+    For ``request.vectorizable`` requests that is exactly "``allocate`` succeeds" except on
+    rows in ``ledger.honor_rows`` (whole GPUs there must form a table partition); for the
+    others (selector, scope, joint, allocate strategies, partition spec) and those rows it is
+    a necessary condition.
     """
     n = ledger.n_rows
     out = np.zeros(n + 1, bool)

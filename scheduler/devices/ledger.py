@@ -13,6 +13,13 @@ does, so readers can cache per-row derived values. A node gets a row the first t
 Device CR or a holding; rows and card columns grow by doubling and are updated in place, per
 change.
 
+Per node it also keeps the read-only ``NodeMeta`` of its Device CR — the GPU interconnect
+(``gpu-topology``), the partition table (``gpu-partitions``) and the ``gpu-partition-policy``
+label — decoded once per Device change (a malformed annotation is logged, counted in
+``annotation_errors`` and treated as absent), handed out with every ``NodeView``, and the rows
+that have each (``topology_rows``, ``table_rows``, ``honor_rows``) so whole-cluster passes
+touch only those nodes.
+
 Fed only by the scheduling thread: Device add/update/delete, Pod changes (the
 ``scheduling.koordinator.sh/device-allocated`` annotation of assigned pods of any scheduler),
 and DeviceShare's Reserve/Unreserve (which also carry the bind outcome: a failed bind runs
@@ -53,7 +60,9 @@ from apis.checkpoint import CheckpointError
 from apis.core import Pod
 from apis.device import Device
 from apis.gpushare import GPUShareDecodeError, MemoryUnit
+from apis.partition import POLICY_HONOR
 from apis.resources import DEVICE_TYPES
+from apis.topology import GPUTopology, TopologyDecodeError
 from scheduler.devices.request import (
     ANNOTATION,
     CHECKPOINT,
@@ -66,7 +75,7 @@ from scheduler.devices.request import (
     gpushare_uses,
     uses_from_annotation,
 )
-from scheduler.devices.topology import CardMeta, CardView, NodeView
+from scheduler.devices.topology import NO_NODE_META, CardMeta, CardView, NodeMeta, NodeView
 from scheduler.framework.events import Change
 
 __all__ = ["SHARE", "NodeDeviceLedger"]
@@ -148,6 +157,14 @@ class NodeDeviceLedger:
         self._names: list[str] = []
         self._meta: list[dict[str, _RowType]] = []
         self._devices: dict[str, Device] = {}
+        self._node_meta: dict[str, NodeMeta] = {}
+        self.topology_rows: set[int] = set()
+        """Rows whose Device CR carries a GPU interconnect (``gpu-topology``) with NVLink or
+        PCIe levels: only these get the interconnect-aware choice and score."""
+        self.honor_rows: set[int] = set()
+        """Rows whose Device CR says ``gpu-partition-policy: Honor``."""
+        self.table_rows: set[int] = set()
+        """Rows whose Device CR carries a (valid, non-empty) ``gpu-partitions`` table."""
         self._holdings: dict[str, Holding] = {}
         self._checkpoints: dict[str, Holding] = {}
         self._by_node: dict[str, set[str]] = {}
@@ -183,6 +200,10 @@ class NodeDeviceLedger:
     def device(self, node: str) -> Device | None:
         """The node's Device CR as last seen."""
         return self._devices.get(node)
+
+    def node_meta(self, node: str) -> NodeMeta:
+        """The node's GPU interconnect, partition table and policy (decoded once per CR)."""
+        return self._node_meta.get(node, NO_NODE_META)
 
     def minors(self, node: str, device_type: str) -> tuple[int, ...]:
         """The card minor of each column of the node's row (columns in this order)."""
@@ -259,7 +280,7 @@ class NodeDeviceLedger:
                 )
             views.sort(key=lambda v: v.minor)
             cards[t] = tuple(views)
-        return NodeView(node, node in self._devices, cards)
+        return NodeView(node, node in self._devices, cards, self.node_meta(node))
 
     # -- changes ----------------------------------------------------------------------------
 
@@ -278,6 +299,7 @@ class NodeDeviceLedger:
 
     def set_device(self, device: Device) -> None:
         self._devices[device.name] = device
+        self._set_node_meta(device.name, self._decode_meta(device))
         checkpoint = self._checkpoint_holding(device)
         if checkpoint is None:
             self._checkpoints.pop(device.name, None)
@@ -288,6 +310,7 @@ class NodeDeviceLedger:
     def delete_device(self, node: str) -> None:
         if self._devices.pop(node, None) is None:
             return
+        self._set_node_meta(node, NO_NODE_META)
         self._checkpoints.pop(node, None)
         self._rebuild_row(node)
 
@@ -441,6 +464,40 @@ class NodeDeviceLedger:
         if checkpoint is not None:
             out.append(checkpoint)
         return out
+
+    def _decode_meta(self, device: Device) -> NodeMeta:
+        try:
+            topology = device.gpu_topology()
+        except TopologyDecodeError as err:
+            self.annotation_errors += 1
+            log.warning("malformed gpu-topology annotation", node=device.name, error=str(err))
+            topology = GPUTopology()
+        try:
+            table = device.gpu_partitions()
+        except TopologyDecodeError as err:  # PartitionDecodeError is one
+            self.annotation_errors += 1
+            log.warning("malformed gpu-partitions annotation", node=device.name, error=str(err))
+            table = None
+        honor = device.gpu_partition_policy == POLICY_HONOR
+        if not topology and table is None and not honor:
+            return NO_NODE_META
+        return NodeMeta(topology, table or None, honor)
+
+    def _set_node_meta(self, node: str, meta: NodeMeta) -> None:
+        row = self._ensure_row(node)
+        if meta is NO_NODE_META:
+            self._node_meta.pop(node, None)
+        else:
+            self._node_meta[node] = meta
+        for rows, on in (
+            (self.topology_rows, bool(meta.gpu_topology)),
+            (self.honor_rows, meta.honor_partitions),
+            (self.table_rows, meta.partitions is not None),
+        ):
+            if on:
+                rows.add(row)
+            else:
+                rows.discard(row)
 
     def _checkpoint_holding(self, device: Device) -> Holding | None:
         try:

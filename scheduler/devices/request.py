@@ -4,7 +4,8 @@
 Role, part 1: turn a pod into a frozen ``DeviceRequest`` (computed once in PreFilter): the
 validated, converted per-device-type request (``apis.resources.device_requests`` +
 ``gpu_split``), how many devices of each type it needs and what each device must give, and
-its hint annotations (``device-allocate-hint``, ``device-joint-allocate``). Koordinator's
+its hint annotations (``device-allocate-hint``, ``device-joint-allocate``) and GPU partition
+spec (``gpu-partition-spec``, ``apis.partition``; GPU requests only). Koordinator's
 ``preparePod`` / ``GetPodDeviceRequests`` / ``parsePodDeviceShareExtensions`` /
 ``DefaultDeviceHandler.CalcDesiredRequestsAndCount`` (``pkg/scheduler/plugins/deviceshare``).
 
@@ -56,6 +57,7 @@ from apis.hints import (
     parse_allocate_hints,
     parse_joint_allocate,
 )
+from apis.partition import ANNOTATION_GPU_PARTITION_SPEC, PartitionDecodeError, PartitionSpec
 from apis.quantity import DECIMAL_SI, Quantity
 from apis.resources import (
     DEVICE_FPGA,
@@ -148,6 +150,14 @@ class DeviceRequest:
     gpushare_units: int = 0
     """The pod's ``aliyun.com/gpu-mem`` (gpushare's units), 0 for other pods: it asks for that
     memory on one card, and its bind carries gpushare's annotations too."""
+    partition: PartitionSpec | None = None
+    """The pod's ``gpu-partition-spec``: it honors GPU partition tables on every node."""
+
+    @property
+    def whole_gpus(self) -> int:
+        """How many whole GPUs the pod asks for (0 for shared or no GPU)."""
+        t = self.type_request(DEVICE_GPU)
+        return t.count if t is not None and not t.shared and t.count > 0 else 0
 
     @property
     def device_types(self) -> tuple[str, ...]:
@@ -161,8 +171,9 @@ class DeviceRequest:
 
     @property
     def vectorizable(self) -> bool:
-        """True when feasibility is a plain per-card fit count (no hint, no joint rule)."""
-        if len(self.joint_types) >= 2:
+        """True when feasibility is a plain per-card fit count (no hint, no joint rule, no
+        partition spec; nodes that honor partition tables are refined by the plugin)."""
+        if len(self.joint_types) >= 2 or (self.partition is not None and self.whole_gpus):
             return False
         for t in self.types:
             hint = self.hints.get(t.device_type)
@@ -257,6 +268,13 @@ def parse_request(pod: Pod, gpushare_unit: MemoryUnit = MemoryUnit.GiB) -> Devic
         joint = parse_joint_allocate(raw_joint) if raw_joint is not None else None
     except HintDecodeError as err:
         raise RequestError(err.message) from None
+    partition: PartitionSpec | None = None
+    raw_partition = annotations.get(ANNOTATION_GPU_PARTITION_SPEC)
+    if raw_partition is not None and DEVICE_GPU in converted:
+        try:
+            partition = PartitionSpec.decode(raw_partition)
+        except PartitionDecodeError as err:
+            raise RequestError(f"invalid GPUPartitionSpec annotation, err: {err}") from None
     types: list[TypeRequest] = []
     split: GPUSplit | None = None
     for device_type in DEVICE_TYPES:
@@ -290,6 +308,7 @@ def parse_request(pod: Pod, gpushare_unit: MemoryUnit = MemoryUnit.GiB) -> Devic
         joint_types=joint_types,
         joint_same_pcie=same_pcie,
         gpushare_units=gpushare_units,
+        partition=partition,
     )
 
 

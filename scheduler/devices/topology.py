@@ -2,7 +2,8 @@
 
 Role: the read-only card records the ledger hands out (``CardMeta``: what the Device CR
 declares; ``CardView``: a card's total/used/free at this moment; ``NodeView``: a node's cards
-per type, by minor), and the part of Koordinator's GPU allocator that looks at
+per type, by minor, with the node's ``NodeMeta``: GPU interconnect, partition table and
+policy), and the part of Koordinator's GPU allocator that looks at
 ``DeviceInfo.topology`` (``allocator_gpu.go``: ``allocateByDeviceTopology``,
 ``allocateFromScope``; the ``requiredTopologyScope`` hint). Given the candidate cards
 (those that fit the per-card request) it picks ``count`` of them:
@@ -28,10 +29,14 @@ from typing import Any
 
 from apis.device import DeviceTopology
 from apis.hints import SCOPE_DEVICE, SCOPE_NODE, SCOPE_NUMA_NODE, SCOPE_PCIE
+from apis.partition import PartitionTable
+from apis.topology import GPUTopology
 
 __all__ = [
+    "NO_NODE_META",
     "CardMeta",
     "CardView",
+    "NodeMeta",
     "NodeView",
     "choose_scoped",
     "choose_whole",
@@ -79,12 +84,27 @@ class CardView:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeMeta:
+    """What a node's Device CR says about its GPUs as a whole, decoded once per CR change:
+    the interconnect (``gpu-topology``), the partition table (``gpu-partitions``, None when
+    absent or malformed) and whether the node honors it (``gpu-partition-policy: Honor``)."""
+
+    gpu_topology: GPUTopology = field(default_factory=GPUTopology)
+    partitions: PartitionTable | None = None
+    honor_partitions: bool = False
+
+
+NO_NODE_META = NodeMeta()
+
+
+@dataclass(frozen=True, slots=True)
 class NodeView:
-    """A node's cards per device type, sorted by minor."""
+    """A node's cards per device type, sorted by minor, and the node's GPU meta."""
 
     name: str
     has_device: bool
     cards: Mapping[str, tuple[CardView, ...]]
+    meta: NodeMeta = NO_NODE_META
 
 KeyFn = Callable[[CardView], Hashable]
 OrderFn = Callable[[CardView], Any]

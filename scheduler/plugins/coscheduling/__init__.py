@@ -1,11 +1,13 @@
 """Coscheduling: all-or-nothing placement of gangs (Koordinator's gang API).
 
-Role: a QueueSort, PreFilter, Reserve and Permit plugin. Members of a gang are reserved (their
-devices held by DeviceShare) and parked at Permit until ``min-available`` members of the gang,
-and of every gang in its group, are assumed; then every waiting member is allowed at once. In
-Strict mode, when any member fails after Reserve (its wait timed out, a later plugin failed, the
-bind failed, or it was deleted while waiting) every waiting member of the group is rejected;
-the framework then runs Unreserve for each, so no reservation outlives the attempt.
+Role: a QueueSort, PreFilter, Filter, Score, Reserve and Permit plugin (Filter and Score act
+only on gangs kept on one node, ``samenode``; every other pod Skips them). Members of a gang are
+reserved (their devices held by DeviceShare) and parked at Permit until ``min-available``
+members of the gang, and of every gang in its group, are assumed; then every waiting member is
+allowed at once. In Strict mode, when any member fails after Reserve (its wait timed out, a
+later plugin failed, the bind failed, or it was deleted while waiting) every waiting member of
+the group is rejected; the framework then runs Unreserve for each, so no reservation outlives
+the attempt.
 
 Invariants: the plugin's state changes only on the scheduling thread (events, Reserve,
 Unreserve, Permit); a gang's queue-sort key never changes while the gang has pods, so the queue

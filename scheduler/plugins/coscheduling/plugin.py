@@ -1,12 +1,16 @@
-"""The Coscheduling plugin: gang bookkeeping, queue order, PreFilter, Reserve and Permit.
+"""The Coscheduling plugin: gang bookkeeping, queue order, PreFilter, Filter, Score, Reserve
+and Permit.
 
 See the package docstring for the contract. State per gang id: the member pods that exist
 (for PreFilter's "enough pods created"), the members assumed (reserved and not unreserved),
-the members seen bound, and whether the gang was ever satisfied (``once-satisfied``).
+the members seen bound, whether the gang was ever satisfied (``once-satisfied``) and, for a
+gang kept on one node, its node and card plan (``samenode``). Filter and Score act only on
+members of such gangs (PreFilter and PreScore Skip them for every other pod).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from apis.core import Pod
@@ -21,7 +25,9 @@ from apis.gang import (
 from scheduler.framework.cycle_state import CycleState
 from scheduler.framework.events import UNSCHEDULED_POD_ADD, Change, ClusterEvent
 from scheduler.framework.interfaces import Handle, PreFilterExtensions, QueuedPodInfo
-from scheduler.framework.status import Code, Status, unresolvable, unschedulable
+from scheduler.framework.status import SKIP, Code, Status, unresolvable, unschedulable
+from scheduler.framework.types import NodeInfo
+from scheduler.plugins.coscheduling.samenode import PREFERRED_GPUS_KEY, GangPlacement, SameNode
 
 __all__ = ["Coscheduling"]
 
@@ -34,6 +40,23 @@ class _Gang:
     assumed: set[str] = field(default_factory=set)  # reserved, not unreserved
     bound: set[str] = field(default_factory=set)
     satisfied: bool = False
+    placement: GangPlacement = field(default_factory=GangPlacement)
+
+    def settle(self) -> None:
+        """Forget the node and plan once no member is assumed or bound."""
+        if not (self.assumed | self.bound):
+            self.placement.node, self.placement.plan = None, ()
+
+
+_CYCLE_KEY = "Coscheduling/same-node"
+
+
+@dataclass(frozen=True, slots=True)
+class _Cycle:
+    """A same-node member's cycle: its gang and the whole GPUs still to place for the gang."""
+
+    gang_id: str
+    need: int
 
 
 class Coscheduling:
@@ -43,6 +66,7 @@ class Coscheduling:
         self._handle = handle
         self._gangs: dict[str, _Gang] = {}
         self._pod_gang: dict[str, str] = {}  # uid -> gang id
+        self._same_node = SameNode(handle)
         handle.add_event_handler(self._on_change)
 
     # -- bookkeeping ------------------------------------------------------------------------------
@@ -77,6 +101,8 @@ class Coscheduling:
         self._pod_gang[pod.uid] = spec.id
         if pod.node_name:
             gang.bound.add(pod.uid)
+            if spec.same_node and gang.placement.node is None:
+                gang.placement.node = pod.node_name
 
     def _forget(self, pod: Pod) -> None:
         gang_id = self._pod_gang.pop(pod.uid, None)
@@ -86,6 +112,7 @@ class Coscheduling:
         gang.pods.discard(pod.uid)
         gang.bound.discard(pod.uid)
         gang.assumed.discard(pod.uid)
+        gang.settle()
         waiting = self._handle.waiting_pods.get(pod.uid)
         if waiting is not None:
             waiting.reject(self.name, f"pod {pod.key} was deleted while waiting for its gang")
@@ -130,7 +157,7 @@ class Coscheduling:
         except GangSpecError as err:
             return unresolvable(f"gang: {err}")
         if spec is None:
-            return None
+            return SKIP  # Filter has nothing to say about a pod outside gangs
         gang = self._gang(spec)
         if pod.uid not in gang.pods:  # not yet seen through an event (e.g. a direct call)
             gang.pods.add(pod.uid)
@@ -143,7 +170,61 @@ class Coscheduling:
                 return unschedulable(
                     f"gang {gang_id} has {have}/{need} pods created (min-available {need})"
                 )
+        if not spec.same_node:
+            return SKIP
+        placement = gang.placement
+        request = self._same_node.request_of(pod)
+        per_member = request.whole_gpus if request is not None else 0
+        need = per_member * max(spec.total_number - len(gang.assumed | gang.bound), 1)
+        state.write(_CYCLE_KEY, _Cycle(spec.id, need))
+        if placement.node is None:
+            placement.plans = {}
+            placement.planned_on, placement.plan = None, ()
+        if need:
+            state.write(PREFERRED_GPUS_KEY, self._same_node.preference(placement, pod, need))
         return None
+
+    # -- Filter / Score (gangs kept on one node) ---------------------------------------------------
+
+    def _cycle(self, state: CycleState) -> tuple[_Cycle, _Gang] | None:
+        cycle = state.get(_CYCLE_KEY)
+        if not isinstance(cycle, _Cycle):
+            return None
+        gang = self._gangs.get(cycle.gang_id)
+        return None if gang is None else (cycle, gang)
+
+    def filter(self, state: CycleState, pod: Pod, node: NodeInfo) -> Status | None:
+        found = self._cycle(state)
+        if found is None:
+            return None
+        cycle, gang = found
+        placement = gang.placement
+        if placement.node is not None:
+            if node.name == placement.node:
+                return None
+            return unresolvable(f"gang {cycle.gang_id} stays on node {placement.node}")
+        if not cycle.need:
+            return None
+        cards = placement.plans.get(node.name)
+        if cards is None:
+            cards = self._same_node.gang_set(pod, node.name, cycle.need)
+            placement.plans[node.name] = cards
+        if not cards:
+            return unschedulable(f"gang {cycle.gang_id} needs {cycle.need} GPUs on one node")
+        return None
+
+    def pre_score(self, state: CycleState, pod: Pod, nodes: Sequence[NodeInfo]) -> Status | None:
+        found = self._cycle(state)
+        if found is None or found[1].placement.node is not None or not found[0].need:
+            return SKIP
+        return None
+
+    def score(self, state: CycleState, pod: Pod, node: NodeInfo) -> int:
+        found = self._cycle(state)
+        if found is None:
+            return 0
+        cycle, gang = found
+        return self._same_node.score(gang.placement, pod, node.name, cycle.need)
 
     def pre_filter_extensions(self) -> PreFilterExtensions | None:
         return None
@@ -152,8 +233,16 @@ class Coscheduling:
 
     def reserve(self, state: CycleState, pod: Pod, node_name: str) -> Status | None:
         spec = gang_of(pod)
-        if spec is not None:
-            self._gang(spec).assumed.add(pod.uid)
+        if spec is None:
+            return None
+        gang = self._gang(spec)
+        gang.assumed.add(pod.uid)
+        placement = gang.placement
+        if spec.same_node and placement.node is None:
+            placement.node = node_name
+            if placement.planned_on != node_name:
+                placement.plan = placement.plans.get(node_name, ())
+            placement.plans = {}
         return None
 
     def unreserve(self, state: CycleState, pod: Pod, node_name: str) -> None:
@@ -169,6 +258,7 @@ class Coscheduling:
         if gang is None:
             return
         gang.assumed.discard(pod.uid)
+        gang.settle()
         if spec.mode != MODE_STRICT:
             return
         message = f"gang {spec.id}: member {pod.key} failed, rejecting the gang group (Strict)"

@@ -15,7 +15,15 @@ allocate), ``scoring`` and the scheduler's one ``NodeDeviceLedger`` (all in
 - Filter / ``filter_nodes``: the allocator on one node / its whole-cluster feasibility (numpy
   over the ledger; for hinted or joint requests only the nodes that pass that numpy pass are
   then tried one by one, and overlay nodes always are).
-- Score / ``score_nodes``: the node score of ``scoring.Scorer``.
+- Filter on nodes that honor GPU partition tables (``gpu-partition-policy: Honor``): the
+  numpy pass counts cards only, so for whole-GPU requests those nodes are always tried one by
+  one (and ``filter_reasons`` leaves them to ``filter``).
+- Score / ``score_nodes``: the node score of ``scoring.Scorer``; for several whole GPUs on a
+  node that publishes its interconnect (``gpu-topology``), blended half and half with the
+  connectivity score of the cards ``allocate`` would give (``interconnect.set_score``), so a
+  node whose free cards are well connected wins. Only those nodes pay for the per-node
+  ``allocate``; its outcome is cached in the cycle-state entry and, for plain requests,
+  across pods by the node's ledger row version and the request's shape.
 - Reserve allocates on the chosen node, records it in the ledger under the pod's uid and keeps
   the allocation and its annotation in the entry; Unreserve releases it.
 - PreBind puts the ``device-allocated`` annotation (with each card's id) into
@@ -48,6 +56,7 @@ from apis.gpushare import bind_annotations as gpushare_bind_annotations
 from apis.resources import DEVICE_GPU
 from scheduler.devices import ledger_of
 from scheduler.devices.allocator import allocate, feasible_rows, insufficient
+from scheduler.devices.interconnect import set_score
 from scheduler.devices.ledger import NodeDeviceLedger
 from scheduler.devices.request import (
     GPU_MEMORY_INDEX,
@@ -91,6 +100,17 @@ ALLOCATION_KEY = "DeviceShare/allocation"
 """Cycle-state key where Reserve publishes the ``device-allocated`` text it reserved."""
 
 
+_SHAPE_CACHE_MAX = 65536
+
+
+def _shape(request: DeviceRequest) -> tuple[object, ...] | None:
+    """What ``allocate``'s outcome depends on in a plain request (no hint, no joint rule);
+    None for the others (they are not cached across pods)."""
+    if request.hints or request.joint_types:
+        return None
+    return (request.types, request.partition, request.gpushare_units)
+
+
 @dataclass(slots=True)
 class DeviceShareState:
     """The cycle-state entry: the frozen request, the preemption overlay, the allocation."""
@@ -105,6 +125,9 @@ class DeviceShareState:
     annotation: str = ""
     gpushare: dict[str, str] = field(default_factory=dict)
     """gpushare's bind annotations (``aliyun.com/gpu-mem`` pods), computed at Reserve."""
+    connectivity: dict[str, int] = field(default_factory=dict)
+    """Per node, ``allocate``'s outcome for the pod: -1 (fails) or the connectivity score of
+    the cards it gives (see ``DeviceShare._outcome``)."""
 
     def clone(self) -> DeviceShareState:
         return DeviceShareState(
@@ -140,6 +163,7 @@ class _Extensions:
         entry = self._plugin.entry(state)
         if entry is None or entry.request is None:
             return None
+        entry.connectivity.pop(node.name, None)
         removed = entry.removed.get(node.name)
         if removed is not None and pod_to_add.uid in removed:
             del removed[pod_to_add.uid]  # a reprieved victim keeps its cards
@@ -157,6 +181,7 @@ class _Extensions:
         entry = self._plugin.entry(state)
         if entry is None or entry.request is None:
             return None
+        entry.connectivity.pop(node.name, None)
         added = entry.added.get(node.name)
         if added is not None and pod_to_remove.uid in added:
             del added[pod_to_remove.uid]
@@ -189,6 +214,7 @@ class DeviceShare:
         self._extensions = _Extensions(self)
         self._rows_key: tuple[int, int, int, int] | None = None
         self._rows: IntArray = np.zeros(0, np.int64)
+        self._shape_cache: dict[tuple[object, ...], int] = {}
 
     @classmethod
     def with_handle(cls, handle: Handle, args: DeviceShareArgs | None = None) -> DeviceShare:
@@ -289,6 +315,12 @@ class DeviceShare:
         # Exact for plain requests; for hinted or joint ones a necessary condition (a selector
         # or a scope only removes choices), refined node by node below.
         mask: BoolArray = feasible_rows(self.ledger, request)[self._slot_rows(snapshot)]
+        if request.vectorizable and request.whole_gpus and self.ledger.honor_rows:
+            # Nodes that honor partition tables: the card count alone does not decide.
+            honor = np.isin(self._slot_rows(snapshot), list(self.ledger.honor_rows))
+            for candidate in np.flatnonzero(mask & honor).tolist():
+                info = snapshot.infos[candidate]
+                mask[candidate] = info is not None and self._outcome(entry, request, info.name) >= 0
         if not request.vectorizable:
             for candidate in np.flatnonzero(mask).tolist():
                 info = snapshot.infos[candidate]
@@ -339,6 +371,8 @@ class DeviceShare:
             slot = snapshot.index.get(name)
             if slot is not None:
                 codes[slots == slot] = -1
+        if request.whole_gpus and self.ledger.honor_rows:
+            codes[np.isin(rows, list(self.ledger.honor_rows))] = -1
         return codes, statuses
 
     # -- Score --------------------------------------------------------------------------------
@@ -352,7 +386,56 @@ class DeviceShare:
 
     def _node_score(self, entry: DeviceShareState, request: DeviceRequest, node: str) -> int:
         view = self._view(entry, request.device_types, node)
-        return self.scorer.node_score(view.cards, request)
+        return self._with_connectivity(
+            self.scorer.node_score(view.cards, request), entry, request, view
+        )
+
+    def _with_connectivity(
+        self, base: int, entry: DeviceShareState, request: DeviceRequest, view: NodeView
+    ) -> int:
+        """``base`` blended with the connectivity of the cards the pod would get, for several
+        whole GPUs on a node that publishes its interconnect: ``(base + set score) // 2``."""
+        if request.whole_gpus < 2 or not view.meta.gpu_topology:
+            return base
+        conn = self._outcome(entry, request, view.name, view)
+        return base if conn < 0 else (base + conn) // 2
+
+    def _outcome(
+        self,
+        entry: DeviceShareState,
+        request: DeviceRequest,
+        node: str,
+        view: NodeView | None = None,
+    ) -> int:
+        """-1 when ``allocate`` fails on ``node``, else the connectivity score (0-100) of the
+        GPUs it gives (100 without an interconnect). Cached per cycle in the entry and, for
+        plain requests on nodes without removed pods, across pods by the node's row version
+        and the request's shape (``_shape_cache``)."""
+        conn = entry.connectivity.get(node)
+        if conn is not None:
+            return conn
+        key: tuple[object, ...] | None = None
+        shape = _shape(request)
+        row = self.ledger.row_of(node)
+        if shape is not None and row is not None and node not in entry.overlaid():
+            key = (node, int(self.ledger.row_version[row]), shape)
+            conn = self._shape_cache.get(key)
+        if conn is None:
+            if view is None:
+                view = self._view(entry, request.device_types, node)
+            uses = allocate(view, request, self.scorer)
+            if isinstance(uses, Status):
+                conn = -1
+            else:
+                cards = {c.minor: c for c in view.cards.get(DEVICE_GPU, ())}
+                chosen = [cards[u.minor] for u in uses if u.device_type == DEVICE_GPU]
+                conn = set_score(view.meta.gpu_topology, chosen)
+            if key is not None:
+                if len(self._shape_cache) >= _SHAPE_CACHE_MAX:
+                    self._shape_cache.clear()
+                self._shape_cache[key] = conn
+        entry.connectivity[node] = conn
+        return conn
 
     def score(self, state: CycleState, pod: Pod, node: NodeInfo) -> int:
         entry = self._entry(state)
@@ -370,11 +453,22 @@ class DeviceShare:
         rows = self._slot_rows(snapshot)[slots]
         scores: IntArray = self.scorer.score_rows(self.ledger, request)[rows]
         overlaid = entry.overlaid()
-        if overlaid:
+        connected = (
+            np.isin(rows, list(self.ledger.topology_rows))
+            if request.whole_gpus > 1 and self.ledger.topology_rows
+            else None
+        )
+        if overlaid or connected is not None:
             for i, slot in enumerate(slots.tolist()):
                 info = snapshot.infos[slot]
-                if info is not None and info.name in overlaid:
+                if info is None:
+                    continue
+                if info.name in overlaid:
                     scores[i] = self._node_score(entry, request, info.name)
+                elif connected is not None and connected[i]:
+                    conn = self._outcome(entry, request, info.name)
+                    if conn >= 0:
+                        scores[i] = (int(scores[i]) + conn) // 2
         return scores
 
     # -- Reserve / PreBind ------------------------------------------------------------------------
@@ -407,11 +501,8 @@ class DeviceShare:
             wanted = preference.get(view.name)
             if wanted:
                 keep = set(wanted)
-                narrowed = NodeView(
-                    view.name,
-                    view.has_device,
-                    {**view.cards, DEVICE_GPU: tuple(c for c in gpus if c.minor in keep)},
-                )
+                only = tuple(c for c in gpus if c.minor in keep)
+                narrowed = replace(view, cards={**view.cards, DEVICE_GPU: only})
                 result = allocate(narrowed, request, self.scorer)
                 if not isinstance(result, Status):
                     return result

@@ -14,8 +14,15 @@ from hypothesis import strategies as st
 from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, DeviceAllocation, encode_allocations
 from apis.core import Pod
 from apis.device import Device
+from apis.partition import (
+    ANNOTATION_GPU_PARTITIONS,
+    LABEL_GPU_PARTITION_POLICY,
+    GPUPartition,
+    PartitionTable,
+)
 from apis.quantity import Quantity, int_value
 from apis.resources import GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO, RDMA
+from apis.topology import ANNOTATION_GPU_TOPOLOGY, LINK_NVLINK, GPULink, GPUTopology
 from scheduler.devices.ledger import NodeDeviceLedger
 from scheduler.devices.request import RESOURCES_BY_TYPE
 from scheduler.framework.cycle_state import CycleState
@@ -256,3 +263,87 @@ def ledgers(draw: st.DrawFn, max_nodes: int = 6) -> NodeDeviceLedger:
                         encode_allocations(allocations))
             ledger.apply_change(Change("Pod", None, pod))
     return ledger
+
+
+# ---------------------------------------------------------------------------------------------
+# Nodes with a GPU interconnect and partition tables (docs/topology.md)
+
+
+def nvlink(a: int, b: int, links: int, gbs: int, *, switch: bool = False) -> GPULink:
+    """An NVLink pair of ``links`` links, ``gbs`` GB/s each way."""
+    return GPULink((a, b), LINK_NVLINK, links, switch, Quantity.of(gbs * 10**9), "System")
+
+
+def pcie_link(a: int, b: int, ancestor: str) -> GPULink:
+    return GPULink((a, b), "PCIe", common_ancestor=ancestor)
+
+
+def nvswitch_topology(n: int) -> GPUTopology:
+    """``n`` cards, every pair 18 links through NVSwitch at 450 GB/s (an H100 HGX box)."""
+    return GPUTopology(
+        tuple(nvlink(a, b, 18, 450, switch=True) for a in range(n) for b in range(a + 1, n))
+    )
+
+
+def pairs_topology(n: int) -> GPUTopology:
+    """``n`` cards joined in NVLink pairs (0,1), (2,3), … (12 links, 300 GB/s); other pairs
+    PCIe: the same NUMA node (``n // 2`` per node) ``Node``, else ``System``."""
+    links: list[GPULink] = []
+    half = max(n // 2, 1)
+    for a in range(n):
+        for b in range(a + 1, n):
+            if a // 2 == b // 2:
+                links.append(nvlink(a, b, 12, 300))
+            else:
+                links.append(pcie_link(a, b, "Node" if a // half == b // half else "System"))
+    return GPUTopology(tuple(links))
+
+
+def hopper_table(n: int = 8) -> PartitionTable:
+    """Aligned blocks of 1, 2, 4 … ``n`` cards, score 1 (Koordinator's Hopper table)."""
+    table: dict[int, tuple[GPUPartition, ...]] = {}
+    k = 1
+    while k <= n:
+        table[k] = tuple(
+            GPUPartition(tuple(range(i, i + k)), LINK_NVLINK,
+                         None if k == 1 else Quantity.parse("450G"), 1)
+            for i in range(0, n, k)
+        )
+        k *= 2
+    return PartitionTable(table)
+
+
+def topology_node(
+    node: str,
+    n: int,
+    topology: GPUTopology | None = None,
+    table: PartitionTable | None = None,
+    policy: str | None = None,
+    layout: Iterable[tuple[int, str]] | None = None,
+) -> Device:
+    """``n`` 80Gi GPUs with ``topology``, ``table`` and the partition ``policy`` label; PCIe
+    places from ``layout`` ((numa, pcie) per minor), default two cards per switch, four per
+    NUMA node."""
+    places = list(layout) if layout is not None else [
+        (m // 4, f"pci{m // 2}") for m in range(n)
+    ]
+    annotations: dict[str, str] = {}
+    if topology is not None:
+        annotations[ANNOTATION_GPU_TOPOLOGY] = topology.encode()
+    if table is not None:
+        annotations[ANNOTATION_GPU_PARTITIONS] = table.encode()
+    meta: dict[str, Any] = {"name": node, "annotations": annotations}
+    if policy is not None:
+        meta["labels"] = {LABEL_GPU_PARTITION_POLICY: policy}
+    return Device.from_dict(
+        {
+            "apiVersion": "scheduling.koordinator.sh/v1alpha1",
+            "kind": "Device",
+            "metadata": meta,
+            "spec": {
+                "devices": [
+                    gpu(m, numa=numa, pcie=pcie) for m, (numa, pcie) in enumerate(places)
+                ]
+            },
+        }
+    )

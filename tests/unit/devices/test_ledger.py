@@ -15,6 +15,8 @@ from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, DeviceAllocation, encod
 from apis.checkpoint import PodDeviceEntry, encode_devices_checkpoints
 from apis.core import Pod
 from apis.device import ANNOTATION_DEVICES_CHECKPOINTS, Device
+from apis.partition import ANNOTATION_GPU_PARTITIONS, POLICY_HONOR
+from apis.topology import ANNOTATION_GPU_TOPOLOGY
 from scheduler.devices.allocator import allocate
 from scheduler.devices.ledger import NodeDeviceLedger
 from scheduler.devices.request import (
@@ -25,6 +27,7 @@ from scheduler.devices.request import (
     uses_from_annotation,
 )
 from scheduler.devices.scoring import Scorer
+from scheduler.devices.topology import NodeMeta
 from scheduler.framework.events import Change
 from tests.unit.devices.helpers import (
     GI,
@@ -33,8 +36,11 @@ from tests.unit.devices.helpers import (
     gpu,
     gpu_pod,
     gpus,
+    hopper_table,
     ledger_of,
     nic,
+    pairs_topology,
+    topology_node,
     verify,
 )
 
@@ -419,3 +425,38 @@ def test_random_sequences_keep_invariants(sequence: list[tuple[Any, ...]]) -> No
     for op in sequence:
         model.step(op)
         model.check()
+
+
+# -- the node's GPU meta: interconnect, partition table, policy ---------------------------------
+
+
+def test_node_meta_is_decoded_once_per_device_and_follows_it() -> None:
+    topo = pairs_topology(4)
+    crd = topology_node("n", 4, topo, hopper_table(4), POLICY_HONOR)
+    ledger = ledger_of([crd, gpus("plain", 2)])
+    row = ledger.row_of("n")
+    meta = ledger.node_meta("n")
+    assert meta.gpu_topology == topo and meta.honor_partitions
+    assert meta.partitions == hopper_table(4)
+    assert ledger.node_view("n", ("gpu",)).meta is meta
+    assert ledger.topology_rows == ledger.table_rows == ledger.honor_rows == {row}
+    assert ledger.node_meta("plain") == NodeMeta() and not ledger.node_meta("missing").gpu_topology
+    # The Device drops its table and label: the node follows; deleted: nothing is left.
+    ledger.apply_change(Change("Device", crd, topology_node("n", 4, topo)))
+    assert ledger.table_rows == ledger.honor_rows == set() and ledger.topology_rows == {row}
+    ledger.apply_change(Change("Device", crd, None))
+    assert ledger.topology_rows == set() and ledger.node_meta("n") == NodeMeta()
+
+
+def test_malformed_topology_and_table_are_counted_and_ignored() -> None:
+    crd = device(
+        "n", gpu(0),
+        annotations={
+            ANNOTATION_GPU_TOPOLOGY: "{",
+            ANNOTATION_GPU_PARTITIONS: '{"2":[{"minors":[0]}]}',
+        },
+    )
+    ledger = ledger_of([crd])
+    assert ledger.annotation_errors == 2
+    assert ledger.node_meta("n") == NodeMeta()
+    assert ledger.topology_rows == ledger.table_rows == set()

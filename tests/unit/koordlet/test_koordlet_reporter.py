@@ -420,3 +420,24 @@ def test_topology_merge_writes_once_and_drops_a_stale_annotation() -> None:
     # The library no longer reports a topology: the agent's annotation goes, others stay.
     gone = merge_device(merged, desired_device("node-1", INVENTORY, ENTRIES, PODS, now=T1))
     assert gone is not None and TOPO not in gone.annotations and gone.annotations["note"] == "keep"
+
+
+# -- the gpu-partitions annotation --------------------------------------------------------------
+
+PARTITIONS = "scheduling.koordinator.sh/gpu-partitions"
+
+
+def test_partition_table_is_published_next_to_the_topology() -> None:
+    device = desired_device(
+        "node-1", dataclasses.replace(INVENTORY, topology=PAIR), ENTRIES, PODS, now=T0
+    )
+    minors = sorted(g.minor for g in INVENTORY.gpus)
+    table = Device.from_dict(device.to_dict()).gpu_partitions()
+    assert table is not None and (0, 1) in [p.minors for p in table.of_size(2)]
+    assert [p.minors for p in table.of_size(1)] == [(m,) for m in minors]
+    assert "node.koordinator.sh/gpu-partition-policy" not in device.labels
+    # No NVLink: no table; a table written before goes with the merge.
+    plain = desired_device("node-1", INVENTORY, ENTRIES, PODS, now=T1)
+    assert PARTITIONS not in plain.annotations
+    gone = merge_device(device, plain)
+    assert gone is not None and PARTITIONS not in gone.annotations

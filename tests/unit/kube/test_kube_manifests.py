@@ -79,6 +79,8 @@ def test_cluster_role_is_least_privilege() -> None:
     assert grants == {
         ("", "nodes", "get"), ("", "nodes", "list"), ("", "nodes", "watch"),
         ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"),
+        ("", "pods", "delete"),  # preemption's victims
+        ("policy", "poddisruptionbudgets", "list"), ("policy", "poddisruptionbudgets", "watch"),
         ("", "pods/binding", "create"),
         ("", "pods/status", "patch"),
         ("", "events", "create"), ("", "events", "patch"),
