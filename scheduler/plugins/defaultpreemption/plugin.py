@@ -195,7 +195,7 @@ class DefaultPreemption:
             return PostFilterResult(), unschedulable(
                 counts_message(num_nodes, {NOT_HELPFUL: not_helpful})
             )
-        candidates, statuses = self._dry_run(state, pod, potential)
+        candidates, statuses = self.dry_run(state, pod, potential)
         best = pick_one_node(candidates)
         if best is None:
             counts: dict[str, int] = {NOT_HELPFUL: not_helpful}
@@ -240,9 +240,11 @@ class DefaultPreemption:
 
     # -- the dry run ------------------------------------------------------------------------
 
-    def _dry_run(
+    def dry_run(
         self, state: CycleState, pod: Pod, potential: Sequence[NodeInfo]
     ) -> tuple[list[Candidate], dict[str, Status]]:
+        """Candidates (those violating no PDB first) until enough are found, and why the other
+        nodes tried are none."""
         n = len(potential)
         wanted = self.args.num_candidates(n)
         offset = 0 if wanted >= n else self._rng.randrange(n)

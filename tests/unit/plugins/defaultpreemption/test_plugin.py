@@ -17,6 +17,7 @@ import pytest
 from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, decode_allocations
 from apis.hints import ANNOTATION_DEVICE_ALLOCATE_HINT
 from scheduler.config import parse_config
+from scheduler.framework.cycle_state import CycleState
 from scheduler.plugins.registry import default_plugins, in_tree_registry
 from scheduler.scheduler import Scheduler
 from scheduler.simulator.cluster import InMemoryCluster
@@ -432,3 +433,50 @@ def test_a_deleted_preemptor_releases_its_nomination() -> None:
     cluster.apply_pod(pod("later", 5, {NVIDIA_GPU: "1"}))
     sched.run_until_idle()
     assert cluster.pods["default/later"].node_name == "g0"
+
+
+@pytest.mark.parametrize(
+    ("priority", "binds"),
+    [
+        pytest.param(5, False, id="lower-priority-respects-the-nominated-card-share"),
+        pytest.param(20, True, id="higher-priority-ignores-it"),
+    ],
+)
+def test_a_nominated_pods_devices_count_card_by_card(priority: int, binds: bool) -> None:
+    """Card-exact accounting of a nominated pod (DeviceShare's AddPod), where node totals see
+    room: card 0 holds 40 %, a pod nominated here needs 60 % (the allocator spreads it onto the
+    empty card 1), so a whole-card pod of lower priority no longer fits — 100 of the node's
+    200 gpu-core are still free, so only the card view can tell."""
+    cluster = InMemoryCluster()
+    gpu_node(cluster, "g0", 2)
+    sched = scheduler(cluster)
+    fill(cluster, sched, [pod("running", 0, {GPU_CORE: "40", GPU_MEMORY_RATIO: "40"})])
+    # A preemptor nominated to g0 whose victims are still leaving (not yet in this cluster).
+    nominated = make_pod("nominated").priority(10).req({GPU_CORE: "60", GPU_MEMORY_RATIO: "60"})
+    sched.nominator.add(nominated.build(), "g0")
+    cluster.apply_pod(pod("whole", priority, {GPU_CORE: "100", GPU_MEMORY_RATIO: "100"}))
+    sched.run_until_idle()
+    assert bool(cluster.pods["default/whole"].node_name) is binds
+    if not binds:
+        assert sched.failures["default/whole"].startswith(
+            "0/1 nodes are available: 1 Insufficient gpu devices."
+        )
+
+
+def test_the_dry_run_stops_at_min_candidate_nodes() -> None:
+    cluster = InMemoryCluster()
+    for n in range(12):
+        gpu_node(cluster, f"g{n}", 1)
+    sched = scheduler(cluster, [{
+        "name": "DefaultPreemption",
+        "args": {"minCandidateNodesPercentage": 0, "minCandidateNodesAbsolute": 3},
+    }])
+    fill(cluster, sched, [pod(f"low-{n}", 0, {NVIDIA_GPU: "1"}) for n in range(12)])
+    fwk = sched.profiles[OURS]
+    plugin = fwk.plugin("DefaultPreemption")
+    high = make_pod("high").scheduler(OURS).priority(10).req({NVIDIA_GPU: "1"}).build()
+    state = CycleState()
+    assert fwk.run_pre_filter(state, high) is None
+    candidates, statuses = plugin.dry_run(state, high, list(sched.cache.snapshot.node_infos()))
+    assert len(candidates) == 3 and not statuses
+    assert all(len(c.victims) == 1 for c in candidates)
