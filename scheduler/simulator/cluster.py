@@ -13,6 +13,7 @@ stores a new mapping), so a record handed out stays valid.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -81,15 +82,29 @@ class InMemoryCluster:
                     f"pod {pod.key} is already assigned to node {current.node_name!r}",
                     uncertain=True,
                 )
-            raw = copy.deepcopy(dict(current.raw))
-            meta = raw.setdefault("metadata", {})
-            if annotations:
-                merged = dict(meta.get("annotations") or {})
-                merged.update(annotations)
+            # Copy-on-write of the two mappings a Binding changes (stored raws are never
+            # mutated), and the record by replacement: a full copy and decode per bind would
+            # be most of this "API server"'s cost, on the scheduler's GIL.
+            raw = dict(current.raw)
+            meta = dict(raw.get("metadata") or {})
+            merged = dict(meta.get("annotations") or {})
+            merged.update(annotations)
+            if merged:
                 meta["annotations"] = merged
-            raw.setdefault("spec", {})["nodeName"] = node_name
+            self._rv += 1
+            meta["resourceVersion"] = str(self._rv)
+            raw["metadata"] = meta
+            raw["spec"] = {**(raw.get("spec") or {}), "nodeName": node_name}
+            pod = dataclasses.replace(
+                current,
+                node_name=node_name,
+                annotations=merged,
+                resource_version=meta["resourceVersion"],
+                raw=raw,
+            )
             self.binds += 1
-            self._store_pod(raw)
+            self.pods[pod.key] = pod
+            self._emit(Change("Pod", current, pod))
 
     def lookup_pod(self, pod: Pod) -> Pod | None:
         with self._lock:

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, DeviceAllocation, encode_allocations
+from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, IntAllocation, encode_int_allocations
 from apis.core import Pod
 from apis.gpushare import bind_annotations as gpushare_bind_annotations
 from apis.resources import DEVICE_GPU
@@ -522,15 +522,13 @@ class DeviceShare:
         entry.gpushare = {}
 
     def _annotation(self, node: str, uses: Sequence[CardUse]) -> str:
-        allocations: dict[str, list[DeviceAllocation]] = {}
+        allocations: dict[str, list[IntAllocation]] = {}
         for use in uses:
             meta = self.ledger.card_meta(node, use.device_type, use.minor)
             allocations.setdefault(use.device_type, []).append(
-                DeviceAllocation.from_ints(
-                    use.minor, dict(use.resources), id=meta.id if meta is not None else ""
-                )
+                (use.minor, tuple(sorted(use.resources)), meta.id if meta is not None else "")
             )
-        return encode_allocations(allocations)
+        return encode_int_allocations(allocations)
 
     def pre_bind(self, state: CycleState, pod: Pod, node_name: str) -> Status | None:
         entry = self.entry(state)

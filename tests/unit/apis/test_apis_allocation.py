@@ -20,6 +20,7 @@ from apis.allocation import (
     JSONObject,
     decode_allocations,
     encode_allocations,
+    encode_int_allocations,
     go_json_dumps,
     go_json_loads,
     read_int,
@@ -357,3 +358,41 @@ def test_round_trip_property(allocs: dict[str, list[DeviceAllocation]]) -> None:
         for item in items:
             assert list(item)[:2] == ["minor", "resources"]
             assert list(item["resources"]) == sorted(item["resources"])
+
+
+# -- the hot-path encoder ------------------------------------------------------------------------
+
+_RESOURCE_NAMES = st.sampled_from(
+    [
+        "koordinator.sh/gpu-core",
+        "koordinator.sh/gpu-memory",
+        "koordinator.sh/gpu-memory-ratio",
+        "koordinator.sh/rdma",
+        "koordinator.sh/fpga",
+    ]
+)
+_INT_ALLOCATION = st.tuples(
+    st.integers(0, 2**31 - 1),
+    st.dictionaries(_RESOURCE_NAMES, st.integers(0, 2**40), max_size=4).map(
+        lambda d: tuple(sorted(d.items()))
+    ),
+    st.text(max_size=12),
+)
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(["gpu", "rdma", "fpga"]), st.lists(_INT_ALLOCATION, max_size=4),
+        max_size=3,
+    )
+)
+def test_the_hot_path_encoder_is_byte_identical_to_the_reference(
+    allocs: dict[str, list[tuple[int, tuple[tuple[str, int], ...], str]]],
+) -> None:
+    reference = encode_allocations(
+        {
+            t: [DeviceAllocation.from_ints(m, dict(r), id=i) for m, r, i in items]
+            for t, items in allocs.items()
+        }
+    )
+    assert encode_int_allocations(allocs) == reference
