@@ -1,6 +1,7 @@
 """koordlet run against a real kube-apiserver with the shipped Device CRD (config/crd/): the
 GPU interconnect reaches the Device CR as the ``scheduling.koordinator.sh/gpu-topology``
-annotation and decodes back to exactly what the agent discovered, while a link field put in
+annotation and decodes back to exactly what the agent discovered (with the partition table
+derived from it, ``scheduling.koordinator.sh/gpu-partitions``), while a link field put in
 ``spec.devices[].topology`` would be pruned by the (Koordinator-shaped) structural schema."""
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 from apis.device import ANNOTATION_GPU_TOPOLOGY, Device
 from apis.topology import connectivity_score
 from koordlet.devices.fake import FakeLibrary
+from koordlet.partitions import derive_partitions
 from tests.e2e.test_koordlet_sync import GROUP, PLURAL, REPO, VERSION, Koordlet, _name, _node, _wait
 
 pytestmark = pytest.mark.e2e
@@ -111,6 +113,12 @@ def test_topology_round_trips_through_the_shipped_crd(
             )
             assert connectivity_score(topology, [0, 1]) > connectivity_score(topology, [0, 2])
             assert [d.minor for d in device.devices] == list(range(8))
+            # The partition table koordlet derives from that topology rides along (issue 13):
+            # NVLink pairs on this box, each an allocatable 2-GPU partition.
+            table = device.gpu_partitions()
+            assert table is not None and table == derive_partitions(discovered, range(8))
+            pairs = {p.minors for p in table.of_size(2)}
+            assert (0, 1) in pairs and (0, 2) not in pairs
         finally:
             rc = agent.stop()
         assert rc == 0, agent.log.read_text()
