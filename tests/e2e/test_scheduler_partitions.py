@@ -1,5 +1,5 @@
 """GPU partition tables end to end on a real API server: a Device CR carrying the interconnect
-and the partition table koordlet derives from it (an 8 × A100 box of NVLink pairs), labelled
+and the partition table koordlet derives from it (an 8-card A100 box of NVLink pairs), labelled
 ``node.koordinator.sh/gpu-partition-policy: Honor``; ``koord-scheduler run`` gives every
 ``nvidia.com/gpu: 2`` pod one NVLink pair of the table, and answers a 3-GPU pod with
 Koordinator's reason instead of placing it across pairs."""
