@@ -892,10 +892,10 @@ class Scheduler:
             nominated = None  # the status already says so
 
         def report() -> None:
-            client.record_event(pod, "Warning", "FailedScheduling", message)
-            client.set_pod_scheduled_condition(pod, "False", reason, message)
             if nominated is not None:
                 client.set_nominated_node(pod, nominated)
+            client.record_event(pod, "Warning", "FailedScheduling", message)
+            client.set_pod_scheduled_condition(pod, "False", reason, message)
 
         self._io(report)
 

@@ -416,7 +416,26 @@ class Framework:
         ordered_ok = mask[order] if mask is not None else np.ones(n, dtype=bool)
         per_node_statuses: dict[str, Status] = {}
         nominated = self.handle.nominator.nodes_for(pod) if self.handle.nominator else set()
-        if not per_node and not nominated:
+        if nominated and not per_node:
+            # The room kept for pods nominated here (the masks cannot see them): a few nodes
+            # checked one by one, so the fast path below stays a numpy pass.
+            live = snapshot.live_slots()
+            shift = start_index % n if start_index else 0
+            for name in sorted(nominated):
+                slot = snapshot.index.get(name)
+                if slot is None:
+                    continue
+                i = int(np.searchsorted(live, slot))
+                if i >= n or int(live[i]) != slot:
+                    continue
+                pos = (i - shift) % n
+                if ordered_ok[pos]:
+                    status = self._filter_nominated(state, pod, snapshot.info(slot))
+                    if status is not None and not status.is_success:
+                        ordered_ok[pos] = False
+                        per_node_statuses[name] = status
+            nominated = set()
+        if not per_node:
             positions = np.flatnonzero(ordered_ok)
             if len(positions) > num_to_find:
                 positions = positions[:num_to_find]

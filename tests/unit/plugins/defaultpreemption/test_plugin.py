@@ -361,12 +361,35 @@ def test_koordinator_not_enough_when_over_committed() -> None:
     )
 
 
-def test_nominated_room_is_not_taken_by_a_lower_priority_pod() -> None:
+class AllowAll:
+    """A per-node-only Filter plugin: makes the Filter phase take its node-by-node path."""
+
+    name = "AllowAll"
+
+    def filter(self, state: CycleState, pod: Any, node: Any) -> None:
+        return None
+
+
+@pytest.mark.parametrize("per_node", [False, True], ids=["numpy-path", "node-by-node-path"])
+def test_nominated_room_is_not_taken_by_a_lower_priority_pod(per_node: bool) -> None:
     """After the preemption the freed card is kept for the preemptor: a lower-priority pod
-    arriving before the preemptor's retry does not get it."""
+    arriving before the preemptor's retry does not get it (on both Filter paths)."""
     cluster = InMemoryCluster()
     gpu_node(cluster, "g0", 1)
-    sched = scheduler(cluster)
+    if per_node:
+        cfg = config()
+        cfg["profiles"][0]["plugins"] = {"filter": {"enabled": [{"name": "AllowAll"}]}}
+        sched = Scheduler(
+            parse_config(cfg),
+            cluster,
+            in_tree_registry() | {"AllowAll": lambda args, handle: AllowAll()},
+            default_plugins(),
+            clock=SimulatedClock(),
+            rng=random.Random(0),
+            bind_workers=1,
+        )
+    else:
+        sched = scheduler(cluster)
     fill(cluster, sched, [pod("low", 0, {NVIDIA_GPU: "1"})])
     cluster.apply_pod(pod("high", 10, {NVIDIA_GPU: "1"}))
     sched.run_until_idle()
