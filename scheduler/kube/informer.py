@@ -286,6 +286,11 @@ class Informer:
     # -- the store ------------------------------------------------------------------------------
 
     def _decode(self, obj: Mapping[str, Any]) -> Record | None:
+        meta = obj.get("metadata")
+        if isinstance(meta, dict):
+            # Server-side apply bookkeeping: often the largest part of an object, read by no
+            # one here, and kept for every pod in ``raw`` (memory grows with it).
+            meta.pop("managedFields", None)
         try:
             return self.spec.decode(obj)
         except Exception as exc:  # DecodeError, DeviceDecodeError, anything else
