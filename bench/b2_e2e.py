@@ -5,7 +5,9 @@ after the other, each on a fresh API server, alternating which goes first, for `
 rounds. Nodes are B1's (64 cores, 512Gi, 8 GPUs as ``nvidia.com/gpu`` allocatable and a Device
 CR each). Workloads: ``backlog`` (all pods created before the scheduler starts) and ``rate``
 (pods created at ``--rate`` pods/s after the scheduler is ready); pod kinds: ``gpu``
-(``nvidia.com/gpu: 1``) and ``cpu`` (cpu and memory only). For each run it prints pods/s from
+(``nvidia.com/gpu: 1``), ``cpu`` (cpu and memory only) and ``share`` (half a card through
+``koordinator.sh/gpu-core``/``gpu-memory-ratio``; for koord's figures, e.g. memory at 5,000
+nodes x 50,000 pods). For each run it prints pods/s from
 the first to the last bind (on a watch of its own), the wall time from process start to the
 last bind, the scheduler's CPU seconds per bound pod (``/proc``), the scheduling SLI p50/p99
 from the scheduler's own /metrics (koord: ``scheduler_pod_scheduling_sli_duration_seconds``; Go
@@ -236,6 +238,9 @@ def pod_body(i: int, kind: str) -> bytes:
     req = {"cpu": "1", "memory": "4Gi"}
     if kind == "gpu":
         req["nvidia.com/gpu"] = "1"
+    elif kind == "share":  # half a card (koord's memory figure at 50,000 pods on 40,000 GPUs)
+        req["koordinator.sh/gpu-core"] = "50"
+        req["koordinator.sh/gpu-memory-ratio"] = "50"
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
