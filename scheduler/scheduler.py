@@ -233,6 +233,7 @@ class Scheduler:
             max_backoff=config.pod_max_backoff_seconds,
             registered_events={e: frozenset(n) for e, n in registered.items()},
             on_incoming=on_incoming,
+            sort_key=getattr(first.queue_sort, "sort_key", None),
         )
         self._log_decisions = log_decisions
         self.queue_stats: QueueStats | None = None

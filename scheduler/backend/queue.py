@@ -39,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from apis.core import Node, Pod
 from scheduler.framework.events import (
@@ -67,6 +68,7 @@ SCHEDULE_ATTEMPT_FAILURE = "ScheduleAttemptFailure"
 BACKOFF_COMPLETE = "BackoffComplete"
 
 Less = Callable[[QueuedPodInfo, QueuedPodInfo], bool]
+SortKey = Callable[[QueuedPodInfo], tuple[Any, ...]]
 IncomingHook = Callable[[str, str], None]
 
 
@@ -86,6 +88,8 @@ class _Entry:
     seq: int
     expiry: float = 0.0
     plugins: frozenset[str] = frozenset()
+    key: tuple[Any, ...] = ()
+    """The activeQ's sort key, when the QueueSort plugin gives one (``sort_key`` + seq)."""
 
 
 class _Heap:
@@ -260,7 +264,11 @@ class SchedulingQueue:
         unschedulable_timeout: float = 300.0,
         registered_events: Mapping[ClusterEvent, frozenset[str]] | None = None,
         on_incoming: IncomingHook | None = None,
+        sort_key: SortKey | None = None,
     ) -> None:
+        """``sort_key``, when the QueueSort plugin has one, must order exactly as ``less``
+        (``less(a, b)`` iff ``sort_key(a) < sort_key(b)``): the activeQ then compares tuples
+        instead of calling ``less`` twice per comparison."""
         if initial_backoff < 0 or max_backoff < initial_backoff:
             raise ValueError(
                 f"need 0 <= initial_backoff <= max_backoff, got {initial_backoff}, {max_backoff}"
@@ -275,7 +283,8 @@ class SchedulingQueue:
         self._registered = dict(registered_events or {})
         self._interested: dict[ClusterEvent, frozenset[str]] = {}
         self._on_incoming = on_incoming
-        self._active = _Heap(self._active_less)
+        self._sort_key = sort_key
+        self._active = _Heap(_key_less if sort_key is not None else self._active_less)
         self._backoff = _Heap(_backoff_less)
         self._unschedulable = _Pool()
         self._seq = 0
@@ -495,7 +504,10 @@ class SchedulingQueue:
 
     def _replace_pod(self, qpi: QueuedPodInfo, pod: Pod) -> None:
         qpi.pod = pod
-        if pod.key in self._active:
+        entry = self._active.get(pod.key)
+        if entry is not None:
+            if self._sort_key is not None:
+                entry.key = (*self._sort_key(qpi), entry.seq)
             self._active.fix(pod.key)
 
     def _push_active_or_backoff(self, qpi: QueuedPodInfo, event: str) -> None:
@@ -506,7 +518,10 @@ class SchedulingQueue:
 
     def _push_active(self, qpi: QueuedPodInfo, event: str) -> None:
         self._seq += 1
-        self._active.push(_Entry(qpi, self._seq))
+        entry = _Entry(qpi, self._seq)
+        if self._sort_key is not None:
+            entry.key = (*self._sort_key(qpi), self._seq)
+        self._active.push(entry)
         self._incoming(ACTIVE, event)
 
     def _push_backoff(self, qpi: QueuedPodInfo, event: str) -> None:
@@ -524,6 +539,10 @@ class SchedulingQueue:
         if self._less(b.qpi, a.qpi):
             return False
         return a.seq < b.seq
+
+
+def _key_less(a: _Entry, b: _Entry) -> bool:
+    return a.key < b.key
 
 
 def _backoff_less(a: _Entry, b: _Entry) -> bool:

@@ -23,3 +23,7 @@ class PrioritySort:
         pa = a.pod.priority
         pb = b.pod.priority
         return pa > pb or (pa == pb and a.timestamp < b.timestamp)
+
+    def sort_key(self, qpi: QueuedPodInfo) -> tuple[int, float]:
+        """``less`` as a key: ``less(a, b)`` iff ``sort_key(a) < sort_key(b)``."""
+        return (-qpi.pod.priority, qpi.timestamp)

@@ -20,6 +20,7 @@ from scheduler.framework.events import (
     Resource,
 )
 from scheduler.framework.interfaces import QueuedPodInfo
+from scheduler.plugins.prioritysort import PrioritySort
 from tests.fakes import FakeClock
 
 # ---------------------------------------------------------------------------------------------
@@ -552,3 +553,46 @@ def test_active_order_matches_model(ops: list[tuple[str, int, int]]) -> None:
             model[name] = (priority, clock.now(), seq)
     expected = sorted(model, key=lambda n: (-model[n][0], model[n][1], model[n][2]))
     assert pop_all(q) == expected
+
+
+# -- the sort key -------------------------------------------------------------------------------
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(-3, 3), st.integers(0, 5), st.booleans(), st.integers(-3, 3)),
+        min_size=1,
+        max_size=25,
+    )
+)
+def test_a_sort_key_pops_in_exactly_the_order_of_less(
+    ops: list[tuple[int, int, bool, int]],
+) -> None:
+    """With PrioritySort's ``sort_key`` the activeQ pops exactly as with its ``less`` — through
+    adds at different times, priority updates in place, and pops in between."""
+    sort = PrioritySort()
+    orders: list[list[str]] = []
+    for key in (None, sort.sort_key):
+        clock = FakeClock()
+        q = SchedulingQueue(sort.less, clock, sort_key=key)
+        popped: list[str] = []
+        pods: dict[str, Pod] = {}
+        for i, (priority, advance, pop, new_priority) in enumerate(ops):
+            clock.advance(advance)
+            pod = make_pod(f"p{i}", priority)
+            pods[pod.key] = pod
+            q.add(pod)
+            if i % 3 == 2:  # change an earlier pod's priority while it waits
+                old = pods[f"ns/p{i - 1}"]
+                new = make_pod(f"p{i - 1}", new_priority)
+                q.update(old, new)
+                pods[new.key] = new
+            if pop:
+                qpi = q.pop()
+                assert qpi is not None
+                popped.append(qpi.key)
+        while (qpi := q.pop()) is not None:
+            popped.append(qpi.key)
+        orders.append(popped)
+    assert orders[0] == orders[1]
