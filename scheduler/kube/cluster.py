@@ -30,6 +30,7 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -85,11 +86,25 @@ def node_spec() -> ResourceSpec:
     )
 
 
-def pod_spec() -> ResourceSpec:
+def decode_cached_pod(obj: Mapping[str, Any]) -> Pod:
+    """A pod as the informer keeps it: the decoded record, with a ``raw`` cut down to what the
+    scheduler reads back (its PodScheduled condition). The full object would be most of the
+    scheduler's memory at tens of thousands of pods (a decoded JSON pod is several KiB)."""
+    pod = decode_pod(obj)
+    kept: dict[str, Any] = {}
+    condition = _pod_scheduled_condition(pod)
+    if condition is not None:
+        kept["status"] = {"conditions": [condition]}
+    return dataclasses.replace(pod, raw=kept)
+
+
+def pod_spec(*, full: bool = False) -> ResourceSpec:
+    """Pods as the informer keeps them (slim ``raw``), or ``full`` records (``inspect``,
+    ``explain``: one list, objects replayed elsewhere)."""
     return ResourceSpec(
         "Pod",
         PODS_PATH,
-        decode_pod,
+        decode_pod if full else decode_cached_pod,
         lambda p: p.key,
         lambda p: p.resource_version,
         field_selector=PODS_FIELD_SELECTOR,
@@ -151,7 +166,7 @@ def fetch_view(rest: RestClient) -> ClusterView:
     """One list of Nodes, Device CRs and non-terminal Pods (``inspect``); objects that do not
     decode are skipped."""
     decoded: list[list[Any]] = []
-    for spec in (node_spec(), device_spec(), pod_spec()):
+    for spec in (node_spec(), device_spec(), pod_spec(full=True)):
         _, objects = list_objects(rest, spec)
         records = []
         for obj in objects:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -383,3 +384,16 @@ def test_pdbs_are_watched_in_the_version_served(answer: Any, path: str) -> None:
     transport = FakeTransport()
     transport.on("GET", "/apis/policy/v1", answer)
     assert discover_pdb_spec(RestClient(transport)).path == path
+
+
+def test_the_pod_cache_keeps_a_slim_raw() -> None:
+    """The informer keeps only the PodScheduled condition of a pod's object (memory at tens of
+    thousands of pods); ``inspect``/``explain`` lists get full records."""
+    cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "m"}
+    obj = raw_pod([cond, {"type": "Ready", "status": "False"}])
+    obj["metadata"]["annotations"] = {"a": "b"}
+    slim = pod_spec().decode(obj)
+    full = pod_spec(full=True).decode(obj)
+    assert slim.raw == {"status": {"conditions": [cond]}}
+    assert full.raw == obj
+    assert dataclasses.replace(slim, raw=obj) == full  # only raw differs
