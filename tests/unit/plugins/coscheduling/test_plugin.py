@@ -12,6 +12,7 @@ from scheduler.scheduler import Scheduler
 from scheduler.simulator.cluster import InMemoryCluster
 from scheduler.simulator.run import SimulatedClock
 from tests.builders import make_node, make_pod
+from tests.fakes import ManualExecutor
 
 OURS = "koord-scheduler"
 G = "gang.scheduling.koordinator.sh"
@@ -232,3 +233,44 @@ def test_a_member_deleted_while_waiting_rejects_the_strict_gang() -> None:
     assert _bound(cluster) == []
     assert len(sched.waiting_pods) == 0
     assert sched.failures["default/p1"].startswith("gang default/job: member default/p0")
+
+
+def test_a_pod_group_change_applies_to_its_waiting_gang() -> None:
+    cluster, sched, clock = _setup()
+    cluster.apply_pod_group(_pod_group("job", 3))
+    for i in range(2):
+        cluster.apply_pod(_labelled(f"p{i}", "job"))
+    sched.run_until_idle()
+    assert _bound(cluster) == []
+    clock.advance(60)
+    cluster.apply_pod_group(_pod_group("job", 2))  # an update moves its pods back
+    sched.run_until_idle()
+    sched.wait_for_writes()
+    sched.close()
+    assert _bound(cluster) == ["p0", "p1"]
+
+
+def test_the_timeout_mark_is_written_off_the_scheduling_thread() -> None:
+    """The mark goes through the scheduler's worker pool (here a ManualExecutor): nothing is
+    written while Unreserve runs; the writes land when the pool runs them."""
+    cluster = InMemoryCluster()
+    cluster.apply_node(make_node("n0").cpu("8").memory("64Gi").obj())
+    executor = ManualExecutor()
+    _, sched, _ = _setup()
+    sched.close()
+    sched = Scheduler(
+        sched.config, cluster, in_tree_registry(), default_plugins(),
+        clock=SimulatedClock(), rng=random.Random(0), executor=executor,
+    )  # fmt: skip
+    for i in range(2):
+        cluster.apply_pod(_member(f"p{i}", "job", 2, waiting_time="10ms"))
+    sched.schedule_one()  # p0 waits at Permit for a second member
+    cluster.delete_pod("default/p1")  # which will never come
+    sched.drain()
+    executor.run(0)  # p0's binding cycle: its wait times out
+    sched.drain()  # Unreserve on the scheduling thread: the mark is queued, not written
+    assert cluster.pods["default/p0"].annotations.get(f"{G}/timeout") is None
+    executor.run_all()
+    assert cluster.pods["default/p0"].annotations.get(f"{G}/timeout") == "true"
+    assert "GangTimeout" in {e.reason for e in cluster.events if e.pod_key == "default/p0"}
+    sched.close()
