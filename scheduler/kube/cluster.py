@@ -364,15 +364,21 @@ class KubeCluster:
         self.binds += 1
         log.info("bound", pod=pod.key, node=node_name)
 
-    def _fenced_write(self, pod: Pod, method: str, path: str, **kwargs: Any) -> None:
-        """One bind write: wait for the rate limiter, *then* check the fence, then send."""
+    def _fenced_write(
+        self, pod: Pod, method: str, path: str, *, what: str = "binding", **kwargs: Any
+    ) -> None:
+        """One leader-only write (a bind, a victim's delete, a gang's timeout mark): wait for
+        the rate limiter, *then* check the fence, then send."""
         limiter = self.rest.limiter
         if limiter is not None:
             limiter.acquire()
         if self.fence is not None and not self.fence():
-            log.warning("bind not sent: leader lease lost", pod=pod.key)
+            if what == "binding":
+                log.warning("bind not sent: leader lease lost", pod=pod.key)
+            else:
+                log.warning("write not sent: leader lease lost", pod=pod.key, write=what)
             raise BindError(
-                f"binding {pod.key}: not sent, this replica no longer holds the leader lease",
+                f"{what} {pod.key}: not sent, this replica no longer holds the leader lease",
                 fenced=True,
             )
         self._unlimited.request(method, path, **kwargs)
@@ -416,7 +422,7 @@ class KubeCluster:
         if pod.uid:
             body["preconditions"] = {"uid": pod.uid}
         try:
-            self._fenced_write(pod, "DELETE", _pod_path(pod), body=body)
+            self._fenced_write(pod, "DELETE", _pod_path(pod), what="deleting", body=body)
         except ApiError as exc:
             if exc.status in (404, 409):
                 log.info("victim already gone", pod=pod.key, status=exc.status)
@@ -432,7 +438,9 @@ class KubeCluster:
         if pod.uid:
             body["metadata"]["uid"] = pod.uid
         try:
-            self._fenced_write(pod, "PATCH", _pod_path(pod), body=body, content_type=MERGE_PATCH)
+            self._fenced_write(
+                pod, "PATCH", _pod_path(pod), what="annotating", body=body, content_type=MERGE_PATCH
+            )
         except ApiError as exc:
             if exc.status in (404, 409):
                 log.info("annotation of a gone pod dropped", pod=pod.key, status=exc.status)

@@ -317,10 +317,10 @@ class Coscheduling:
         gang = self._gangs.get(spec.id)
         if gang is None:
             return
+        if state.get(PERMIT_TIMED_OUT_KEY) == self.name:
+            self._timed_out(gang)  # (counting this member among the assumed, as it was)
         gang.assumed.discard(pod.uid)
         gang.settle()
-        if state.get(PERMIT_TIMED_OUT_KEY) == self.name:
-            self._timed_out(gang)
         if spec.mode != MODE_STRICT:
             return
         message = f"gang {spec.id}: member {pod.key} failed, rejecting the gang group (Strict)"
