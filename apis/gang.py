@@ -1,9 +1,14 @@
 """Koordinator's gang API: pod annotations, lightweight pod-group labels, the PodGroup CRD.
 
-Role: a pure decoder. ``gang_of(pod)`` reads a pod's gang spec from Koordinator's
-``gang.scheduling.koordinator.sh/*`` annotations, else from the lightweight
-``pod-group.scheduling.sigs.k8s.io/*`` labels; ``decode_pod_group`` reads a
-``scheduling.sigs.k8s.io/v1alpha1`` PodGroup (``minMember``, ``scheduleTimeoutSeconds``).
+Role: a pure decoder. ``gang_of(pod, pod_groups)`` reads a pod's gang spec from Koordinator's
+``gang.scheduling.koordinator.sh/*`` annotations, else from the
+``pod-group.scheduling.sigs.k8s.io`` labels: a labelled pod whose PodGroup exists (in
+``pod_groups``, by ``namespace/name``) takes ``minMember`` and ``scheduleTimeoutSeconds`` from
+it; without one, the lightweight ``min-available`` label; without both, the spec says
+``needs_pod_group`` (the gang waits for its PodGroup, as Koordinator's uninitialised gang).
+``decode_pod_group`` reads a ``scheduling.sigs.k8s.io/v1alpha1`` PodGroup; ``timed_out(pod)``
+reads the scheduler's own timeout mark (``gang.scheduling.koordinator.sh/timeout: "true"``,
+put on a gang's pods when its wait times out).
 
 Invariants: a gang is identified by ``namespace/name``; a gang always belongs to its own group;
 a bad value raises ``GangSpecError`` naming the annotation (never a bare traceback); a
@@ -79,6 +84,11 @@ class GangSpec:
     same_node: bool = False
     """``network-topology-spec`` gathers the gang ``MustGather`` at ``NodeTopologyLayer``:
     every member on one node, their cards together the best-connected set there."""
+    source: str = "annotations"
+    """Where the spec came from: "annotations", "labels" or "PodGroup"."""
+    needs_pod_group: bool = False
+    """Labelled with a pod group that has neither a PodGroup object nor a min-available
+    label: the gang is not defined yet (its members wait for the PodGroup)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,10 +99,16 @@ class PodGroup:
     name: str
     min_member: int
     schedule_timeout_seconds: float | None = None
+    resource_version: str = ""
 
     @property
     def id(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def key(self) -> str:
+        """The store key, ``namespace/name`` (the gang id of the pods labelled with it)."""
+        return self.id
 
 
 def parse_duration(text: str, field: str) -> float:
@@ -160,8 +176,38 @@ def _same_node(text: str) -> bool:
     return same
 
 
-def gang_of(pod: Pod) -> GangSpec | None:
-    """The pod's gang, or None when it belongs to none. Raises GangSpecError on bad values."""
+TIMEOUT_MARK = "true"
+"""The value of ``gang.scheduling.koordinator.sh/timeout`` on a timed-out gang's pods."""
+
+
+def timed_out(pod: Pod) -> bool:
+    """True when the scheduler marked the pod's gang as timed out (Koordinator's check)."""
+    return pod.annotations.get(ANNOTATION_TIMEOUT) == TIMEOUT_MARK
+
+
+def pod_group_name(pod: Pod) -> str:
+    """The pod group a pod is labelled with ('' when none)."""
+    return pod.labels.get(LABEL_POD_GROUP_NAME, "") or pod.labels.get(LABEL_POD_GROUP, "")
+
+
+def spec_of_pod_group(group: PodGroup) -> GangSpec:
+    """The gang a PodGroup defines: ``minMember`` members (Strict, once-satisfied), waiting
+    ``scheduleTimeoutSeconds`` (Koordinator's default when unset)."""
+    waiting = group.schedule_timeout_seconds or DEFAULT_WAITING_SECONDS
+    return GangSpec(
+        group.id,
+        group.min_member,
+        group.min_member,
+        waiting_seconds=waiting,
+        groups=(group.id,),
+        source="PodGroup",
+    )
+
+
+def gang_of(pod: Pod, pod_groups: Mapping[str, PodGroup] | None = None) -> GangSpec | None:
+    """The pod's gang, or None when it belongs to none. Raises GangSpecError on bad values.
+
+    ``pod_groups``: the PodGroups known, by ``namespace/name`` (labelled pods only)."""
     ann = pod.annotations
     name = ann.get(ANNOTATION_NAME, "")
     if name:
@@ -195,13 +241,18 @@ def gang_of(pod: Pod) -> GangSpec | None:
         return GangSpec(
             gang_id, min_available, total, mode, waiting, groups, policy, same_node
         )
-    label = pod.labels.get(LABEL_POD_GROUP_NAME, "") or pod.labels.get(LABEL_POD_GROUP, "")
+    label = pod_group_name(pod)
     if not label:
         return None
     gang_id = f"{pod.namespace}/{label}"
-    text = pod.labels.get(LABEL_POD_GROUP_MIN_AVAILABLE, "1")
+    group = pod_groups.get(gang_id) if pod_groups is not None else None
+    if group is not None:
+        return spec_of_pod_group(group)
+    text = pod.labels.get(LABEL_POD_GROUP_MIN_AVAILABLE)
+    if text is None:
+        return GangSpec(gang_id, 1, 1, groups=(gang_id,), source="labels", needs_pod_group=True)
     min_available = _positive_int(text, LABEL_POD_GROUP_MIN_AVAILABLE)
-    return GangSpec(gang_id, min_available, min_available, groups=(gang_id,))
+    return GangSpec(gang_id, min_available, min_available, groups=(gang_id,), source="labels")
 
 
 def decode_pod_group(obj: Mapping[str, Any]) -> PodGroup:
@@ -223,4 +274,6 @@ def decode_pod_group(obj: Mapping[str, Any]) -> PodGroup:
         raise GangSpecError(
             f"PodGroup {namespace}/{name} spec.scheduleTimeoutSeconds: must be an integer >= 1"
         )
-    return PodGroup(namespace, name, min_member, None if timeout is None else float(timeout))
+    rv = str(meta.get("resourceVersion") or "")
+    seconds = None if timeout is None else float(timeout)
+    return PodGroup(namespace, name, min_member, seconds, resource_version=rv)

@@ -48,13 +48,13 @@ from scheduler.config import (
     num_feasible_nodes_to_find,
 )
 from scheduler.framework.cycle_state import CycleState
-from scheduler.framework.events import Action, Change, ClusterEvent
+from scheduler.framework.events import POD_GROUP_KIND, Action, Change, ClusterEvent, Resource
 from scheduler.framework.interfaces import BindError, Clock, Handle, PluginFactory, QueuedPodInfo
 from scheduler.framework.nominator import Nominator
 from scheduler.framework.runtime import Framework, FrameworkError, Observer
 from scheduler.framework.status import Code, Status
 from scheduler.framework.types import Diagnosis, FitError, NodeStatuses, SlotNodes
-from scheduler.framework.waiting import WaitingPod, WaitingPods
+from scheduler.framework.waiting import PERMIT_TIMED_OUT_KEY, WaitingPod, WaitingPods
 
 PLUGIN_METRICS_SAMPLE_PERCENT = 10
 RESOLVE_BACKOFF = (0.2, 5.0)
@@ -214,6 +214,7 @@ class Scheduler:
                 event_handlers=self._event_handlers,
                 waiting_pods=self.waiting_pods,
                 nominator=self.nominator,
+                write_soon=self._io,
             )
             self.profiles[profile.scheduler_name] = Framework(
                 profile, registry, handle, default_plugins, self.observer
@@ -307,6 +308,9 @@ class Scheduler:
             self._apply_pod(change.old, change.new)
         elif change.kind == "Device":
             self.queue.device_changed(change.action)
+        elif change.kind == POD_GROUP_KIND:
+            event = ClusterEvent(Resource.POD_GROUP, change.action)
+            self.queue.move_all_to_active_or_backoff(event)  # gangs waiting for their PodGroup
         forward = self._defer_if_binding(change)
         if forward is not _NOTHING:
             for handler in self._event_handlers:
@@ -691,6 +695,8 @@ class Scheduler:
             if waiting is not None:
                 status = waiting.wait()
                 self.waiting_pods.remove(assumed.uid)
+                if waiting.timed_out_plugin:
+                    state.write(PERMIT_TIMED_OUT_KEY, waiting.timed_out_plugin)
             if status is None and self._closing.is_set():
                 fenced = BindError("scheduler stopping: bind not sent", fenced=True)
                 status = Status(Code.ERROR, (str(fenced),), fenced)

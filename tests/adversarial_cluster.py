@@ -29,7 +29,7 @@ from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, decode_allocations
 from apis.core import Pod
 from apis.resources import GPU_CORE, GPU_MEMORY_RATIO
 from scheduler.cluster import ChangeHandler
-from scheduler.framework.events import Change
+from scheduler.framework.events import POD_GROUP_KIND, Change
 from scheduler.framework.interfaces import BindError
 from scheduler.simulator.cluster import InMemoryCluster
 
@@ -120,6 +120,9 @@ class AdversarialCluster:
     def delete_pod(self, pod: Pod) -> None:
         self.truth.delete_pod(pod)
 
+    def annotate_pod(self, pod: Pod, annotations: Mapping[str, str]) -> None:
+        self.truth.annotate_pod(pod, annotations)
+
     # -- the watch, as the test drives it ------------------------------------------------------
 
     def _record(self, change: Change) -> None:
@@ -170,6 +173,7 @@ class AdversarialCluster:
                 ("Node", self.truth.nodes.values()),
                 ("Device", self.truth.devices.values()),
                 ("Pod", self.truth.pods.values()),
+                (POD_GROUP_KIND, self.truth.pod_groups.values()),
             ):
                 for obj in objects:
                     truth[_ident(Change(kind, None, obj))] = obj

@@ -471,6 +471,7 @@ class RecordingClient:
         self.conditions: list[tuple[str, str, str, str]] = []
         self.nominations: list[tuple[str, str]] = []
         self.deleted: list[str] = []
+        self.annotated: list[tuple[str, dict[str, str]]] = []
         self.fail_bind: BindError | None = None
         self.fail_delete: Exception | None = None
 
@@ -492,6 +493,9 @@ class RecordingClient:
         if self.fail_delete is not None:
             raise self.fail_delete
         self.deleted.append(pod.key)
+
+    def annotate_pod(self, pod: Pod, annotations: Mapping[str, str]) -> None:
+        self.annotated.append((pod.key, dict(annotations)))
 
 
 def make_handle(snapshot: Snapshot | None = None, client: RecordingClient | None = None) -> Handle:

@@ -20,6 +20,7 @@ class Resource(Enum):
     POD = "Pod"
     ASSIGNED_POD = "AssignedPod"
     DEVICE = "Device"
+    POD_GROUP = "PodGroup"
     WILDCARD = "*"
 
 
@@ -55,6 +56,9 @@ def _action_name(action: Action) -> str:
 
 PDB_KIND = "PodDisruptionBudget"
 """``Change.kind`` of a PodDisruptionBudget (``apis.disruption``); preemption reads them."""
+POD_GROUP_KIND = "PodGroup"
+"""``Change.kind`` of a ``scheduling.sigs.k8s.io`` PodGroup (``apis.gang``); Coscheduling reads
+them (a cluster without the CRD sends none)."""
 
 # Events the queue reacts to without any plugin registering them.
 UNSCHEDULABLE_TIMEOUT = ClusterEvent(Resource.WILDCARD, Action.ALL, "UnschedulableTimeout")
@@ -68,6 +72,8 @@ DEVICE_ADD = ClusterEvent(Resource.DEVICE, Action.ADD)
 UNSCHEDULED_POD_ADD = ClusterEvent(Resource.POD, Action.ADD)  # a new pending pod (gang peers)
 DEVICE_UPDATE = ClusterEvent(Resource.DEVICE, Action.UPDATE)
 DEVICE_DELETE = ClusterEvent(Resource.DEVICE, Action.DELETE)
+POD_GROUP_ADD = ClusterEvent(Resource.POD_GROUP, Action.ADD)
+POD_GROUP_UPDATE = ClusterEvent(Resource.POD_GROUP, Action.UPDATE)
 
 
 @dataclass(frozen=True, slots=True)

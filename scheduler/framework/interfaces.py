@@ -80,6 +80,12 @@ class ClusterClient(Protocol):
         that lost its lease must not send raises ``BindError(fenced=True)``)."""
         ...
 
+    def annotate_pod(self, pod: Pod, annotations: Mapping[str, str]) -> None:
+        """Merge ``annotations`` into exactly this incarnation's metadata (its UID as a
+        precondition): e.g. a timed-out gang's mark. A pod gone or re-created is not an error;
+        a leader-only write, fenced like ``delete_pod`` (``BindError(fenced=True)``)."""
+        ...
+
 
 class BindError(Exception):
     """A bind failed, or may have. Exactly one of the flags may be set:
@@ -132,6 +138,7 @@ class Handle:
         event_handlers: list[Callable[[Change], None]] | None = None,
         waiting_pods: WaitingPods | None = None,
         nominator: Nominator | None = None,
+        write_soon: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
         self.snapshot = snapshot
         self.nominator = nominator if nominator is not None else Nominator()
@@ -145,6 +152,15 @@ class Handle:
         self.profile_name = profile_name
         self._shared = shared if shared is not None else {}
         self._event_handlers = event_handlers if event_handlers is not None else []
+        self._write_soon = write_soon
+
+    def write_soon(self, write: Callable[[], None]) -> None:
+        """Run a cluster write beside the scheduling thread (the scheduler's worker pool: never
+        on the hot path; a failure is logged, never raised). Without a scheduler, at once."""
+        if self._write_soon is not None:
+            self._write_soon(write)
+        else:
+            write()
 
     def shared_state(self, key: str, factory: Callable[[], T]) -> T:
         """One object per scheduler under ``key`` (e.g. a device ledger shared by profiles).

@@ -6,7 +6,10 @@ blocks in ``wait()`` until each waiting plugin calls ``allow(plugin)``, any plug
 ``Handle.waiting_pods`` (e.g. a gang plugin allowing its members together).
 
 Invariants: a waiting pod is decided exactly once; ``wait()`` returns None (allowed) or an
-Unschedulable status naming the plugin; the registry is safe to use from any thread.
+Unschedulable status naming the plugin; ``timed_out`` is true exactly when the decision was the
+timeout's (the scheduler then writes ``PERMIT_TIMED_OUT_KEY`` into the pod's cycle state, so a
+plugin's Unreserve can tell a timeout from any other rejection); the registry is safe to use
+from any thread.
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ from collections.abc import Iterator, Mapping
 from apis.core import Pod
 from scheduler.framework.status import Code, Status
 
+PERMIT_TIMED_OUT_KEY = "framework/permit-timed-out"
+"""Cycle-state key: the name of the plugin whose Permit wait timed out (set before Unreserve)."""
+
 
 class WaitingPod:
     def __init__(self, pod: Pod, timeouts: Mapping[str, float]) -> None:
@@ -27,6 +33,8 @@ class WaitingPod:
         self._lock = threading.Lock()
         self._decided = threading.Event()
         self._result: Status | None = None
+        self.timed_out_plugin = ""
+        """The plugin whose wait timed out ('' unless the timeout decided the pod)."""
 
     @property
     def pending_plugins(self) -> list[str]:
@@ -55,9 +63,12 @@ class WaitingPod:
                 plugin, seconds = min(self._pending.items(), key=lambda kv: kv[1])
             remaining = self._start + seconds - time.monotonic()
             if remaining <= 0 or not self._decided.wait(remaining):
-                self.reject(
-                    plugin, f"rejected due to timeout after waiting {seconds:g}s at plugin {plugin}"
-                )
+                message = f"rejected due to timeout after waiting {seconds:g}s at plugin {plugin}"
+                with self._lock:
+                    if not self._decided.is_set():
+                        self._result = Status(Code.UNSCHEDULABLE, (message,), plugin=plugin)
+                        self.timed_out_plugin = plugin
+                        self._decided.set()
 
 
 class WaitingPods:

@@ -2,7 +2,9 @@
 
 Role: the scheduler's view of and hands on a Kubernetes cluster. Three informers (Nodes; Pods
 that are not Succeeded/Failed, of every scheduler, for accounting and for the queue; Device
-CRs) feed subscribers; ``bind`` is one ``pods/binding`` POST whose metadata carries the
+CRs), plus PodDisruptionBudgets (preemption) and ``scheduling.sigs.k8s.io`` PodGroups
+(Coscheduling; optional: a cluster without the CRD is healthy and sends none) feed
+subscribers; ``bind`` is one ``pods/binding`` POST whose metadata carries the
 device-allocation annotations (or, with ``bind_mode="patch"``, an annotation patch then a
 plain binding); ``record_event`` goes to the aggregating ``EventRecorder``;
 ``set_pod_scheduled_condition`` patches the pod's status.
@@ -24,6 +26,8 @@ Invariants:
 - The PodScheduled condition is written only when it differs (status, reason, message) from
   what the pod already shows, keeping ``lastTransitionTime`` when only the message changed,
   so an unschedulable pod retried every ten seconds costs no write when nothing changed.
+- ``delete_pod`` and ``annotate_pod`` (a timed-out gang's mark) are leader-only writes, fenced
+  like a bind, with the pod's UID as a precondition (gone or re-created: dropped quietly).
 - ``view()`` is a consistent-enough snapshot of the caches (each informer's own lock) for the
   device metrics and ``inspect``; it never blocks the informers for long.
 """
@@ -42,8 +46,9 @@ from apis.device import API_VERSION as DEVICE_API_VERSION
 from apis.device import PLURAL as DEVICE_PLURAL
 from apis.device import Device
 from apis.disruption import PodDisruptionBudget, decode_pdb
+from apis.gang import POD_GROUP_API_VERSION, PodGroup, decode_pod_group
 from scheduler.cluster import ChangeHandler
-from scheduler.framework.events import PDB_KIND
+from scheduler.framework.events import PDB_KIND, POD_GROUP_KIND
 from scheduler.framework.interfaces import BindError
 from scheduler.kube.events import EventRecorder, rfc3339
 from scheduler.kube.informer import Informer, ResourceSpec, list_objects, wait_all
@@ -62,12 +67,14 @@ __all__ = [
     "NODES_PATH",
     "PODS_FIELD_SELECTOR",
     "PODS_PATH",
+    "POD_GROUPS_PATH",
     "ClusterView",
     "KubeCluster",
     "bind_permission_problem",
     "device_spec",
     "fetch_view",
     "node_spec",
+    "pod_group_spec",
     "pod_spec",
 ]
 
@@ -76,6 +83,7 @@ log = structlog.get_logger("koord-scheduler.kube")
 NODES_PATH = "/api/v1/nodes"
 PODS_PATH = "/api/v1/pods"
 DEVICES_PATH = f"/apis/{DEVICE_API_VERSION}/{DEVICE_PLURAL}"
+POD_GROUPS_PATH = f"/apis/{POD_GROUP_API_VERSION}/podgroups"
 PODS_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
 BIND_MODES = ("binding", "patch")
 
@@ -140,6 +148,24 @@ def discover_pdb_spec(rest: RestClient) -> ResourceSpec:
 
 def _pdb_key(pdb: PodDisruptionBudget) -> str:
     return pdb.key
+
+
+def _pod_group_key(group: PodGroup) -> str:
+    return group.key
+
+
+def pod_group_spec() -> ResourceSpec:
+    """PodGroups of every namespace; optional (the CRD is installed only for PodGroup gangs)."""
+    return ResourceSpec(
+        POD_GROUP_KIND,
+        POD_GROUPS_PATH,
+        decode_pod_group,
+        _pod_group_key,
+        lambda g: g.resource_version,
+        missing_hint="PodGroup CRD not installed: gangs by annotation and label only "
+        "(kubectl apply -f config/crd/ to use PodGroups)",
+        optional=True,
+    )
 
 
 def device_spec() -> ResourceSpec:
@@ -237,6 +263,7 @@ class KubeCluster:
         informers: tuple[Informer, Informer, Informer] | None = None,
         fence: Callable[[], bool] | None = None,
         pdbs: Informer | None = None,
+        pod_groups: Informer | None = None,
     ) -> None:
         if bind_mode not in BIND_MODES:
             raise ValueError(f"bind_mode must be one of {BIND_MODES}, got {bind_mode!r}")
@@ -256,12 +283,18 @@ class KubeCluster:
             if pdbs is None:
                 pdbs = Informer(rest, pdb_spec())
                 self._discover_pdbs = True
+            if pod_groups is None:
+                pod_groups = Informer(rest, pod_group_spec())
         self.nodes, self.devices, self.pods = informers
         self.pdbs = pdbs
         """PodDisruptionBudgets, for preemption (None: not watched)."""
+        self.pod_groups = pod_groups
+        """PodGroups, for Coscheduling (None: not watched; absent CRD: empty and healthy)."""
         self.informers = [self.nodes, self.devices, self.pods]
         if pdbs is not None:
             self.informers.append(pdbs)
+        if pod_groups is not None:
+            self.informers.append(pod_groups)
         self.binds = 0
         self.bind_failures = 0
 
@@ -346,15 +379,21 @@ class KubeCluster:
         self.binds += 1
         log.info("bound", pod=pod.key, node=node_name)
 
-    def _fenced_write(self, pod: Pod, method: str, path: str, **kwargs: Any) -> None:
-        """One bind write: wait for the rate limiter, *then* check the fence, then send."""
+    def _fenced_write(
+        self, pod: Pod, method: str, path: str, *, what: str = "binding", **kwargs: Any
+    ) -> None:
+        """One leader-only write (a bind, a victim's delete, a gang's timeout mark): wait for
+        the rate limiter, *then* check the fence, then send."""
         limiter = self.rest.limiter
         if limiter is not None:
             limiter.acquire()
         if self.fence is not None and not self.fence():
-            log.warning("bind not sent: leader lease lost", pod=pod.key)
+            if what == "binding":
+                log.warning("bind not sent: leader lease lost", pod=pod.key)
+            else:
+                log.warning("write not sent: leader lease lost", pod=pod.key, write=what)
             raise BindError(
-                f"binding {pod.key}: not sent, this replica no longer holds the leader lease",
+                f"{what} {pod.key}: not sent, this replica no longer holds the leader lease",
                 fenced=True,
             )
         self._unlimited.request(method, path, **kwargs)
@@ -398,13 +437,31 @@ class KubeCluster:
         if pod.uid:
             body["preconditions"] = {"uid": pod.uid}
         try:
-            self._fenced_write(pod, "DELETE", _pod_path(pod), body=body)
+            self._fenced_write(pod, "DELETE", _pod_path(pod), what="deleting", body=body)
         except ApiError as exc:
             if exc.status in (404, 409):
                 log.info("victim already gone", pod=pod.key, status=exc.status)
                 return
             raise
         log.info("preempted", pod=pod.key)
+
+    def annotate_pod(self, pod: Pod, annotations: Mapping[str, str]) -> None:
+        """A merge patch of ``metadata.annotations`` on exactly this incarnation (``metadata.uid``
+        in the patch is a precondition: 409 when re-created), fenced like a bind; gone (404) or
+        re-created (409) is dropped quietly."""
+        body: dict[str, Any] = {"metadata": {"annotations": dict(annotations)}}
+        if pod.uid:
+            body["metadata"]["uid"] = pod.uid
+        try:
+            self._fenced_write(
+                pod, "PATCH", _pod_path(pod), what="annotating", body=body, content_type=MERGE_PATCH
+            )
+        except ApiError as exc:
+            if exc.status in (404, 409):
+                log.info("annotation of a gone pod dropped", pod=pod.key, status=exc.status)
+                return
+            raise
+        log.info("annotated", pod=pod.key, annotations=dict(annotations))
 
     def set_pod_scheduled_condition(self, pod: Pod, status: str, reason: str, message: str) -> None:
         current = self.pods.get(pod.key)

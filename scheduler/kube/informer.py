@@ -16,6 +16,11 @@ Invariants:
 - ``synced`` becomes true after the first complete list has been delivered and stays true;
   ``healthy`` is false from a failed request until the next list or watch is established.
 - Objects that do not decode are logged and counted (``decode_errors``) and treated as absent.
+- An ``optional`` resource (a CRD the cluster may not have) answered 404 is *absent*: the
+  informer counts as synced and healthy with an empty store, logs one line (once per absence),
+  and lists again every ``absent_retry`` seconds, so a CRD installed later is picked up.
+- Namespaced objects are keyed ``namespace/name`` (the decoders' keys), cluster-scoped ones by
+  name, for deletes as for adds.
 - ``start()`` starts the one thread and ``stop()`` ends it (closing a blocked watch stream).
 """
 
@@ -57,6 +62,8 @@ class ResourceSpec:
     field_selector: str = ""
     missing_hint: str = ""
     """Appended to the error when the collection answers 404 (e.g. a CRD not installed)."""
+    optional: bool = False
+    """A 404 means "not installed": synced, healthy and empty (see the module docstring)."""
 
 
 class _Gone(Exception):
@@ -82,6 +89,7 @@ class Informer:
         watch_timeout: tuple[int, int] = (300, 600),
         backoff: Backoff | None = None,
         rng: random.Random | None = None,
+        absent_retry: float = 60.0,
     ) -> None:
         self.rest = rest
         self.spec = spec
@@ -102,6 +110,9 @@ class Informer:
         self.last_error = "not started"
         self.decode_errors = 0
         self.relists = 0
+        self._absent_retry = absent_retry
+        self.absent = False
+        """True while an optional resource is not served (404)."""
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -174,6 +185,17 @@ class Informer:
                 gone_in_a_row += 1
                 if gone_in_a_row > 1:  # a fresh list's version already too old: do not spin
                     self._stop.wait(self._backoff.next())
+            except ApiError as exc:
+                if self._stop.is_set():
+                    return
+                if exc.status == 404 and self.spec.optional:
+                    self._not_served(exc)
+                    need_list = True
+                    self._stop.wait(self._absent_retry)
+                    continue
+                self._failed(exc)
+                need_list = True
+                self._stop.wait(self._backoff.next())
             except KubeError as exc:
                 if self._stop.is_set():
                     return
@@ -187,6 +209,23 @@ class Informer:
                 self._failed(exc)
                 need_list = True
                 self._stop.wait(self._backoff.next())
+
+    def _not_served(self, exc: ApiError) -> None:
+        """An optional resource answered 404: empty, synced, healthy; said once."""
+        if not self.absent:
+            log.warning(
+                "resource not served, working without it",
+                resource=self.kind,
+                path=self.spec.path,
+                hint=self.spec.missing_hint,
+                error=str(exc),
+            )
+        self.absent = True
+        self._replace({})
+        self.healthy = True
+        self.last_error = ""
+        if not self._synced.is_set():
+            self._synced.set()
 
     def _failed(self, exc: BaseException) -> None:
         message = str(exc) or type(exc).__name__
@@ -213,6 +252,9 @@ class Informer:
         self._replace(records)
         self._rv = rv
         self.relists += 1
+        if self.absent:
+            log.info("resource served again", resource=self.kind, path=self.spec.path)
+            self.absent = False
         self.healthy = True
         self.last_error = ""
         self._backoff.reset()
@@ -310,6 +352,8 @@ class Informer:
         name = str(meta.get("name") or "")
         if self.kind == "Pod":
             return f"{meta.get('namespace') or 'default'}/{name}"
+        if meta.get("namespace"):
+            return f"{meta['namespace']}/{name}"
         return name
 
     def _emit(self, change: Change) -> None:

@@ -22,8 +22,9 @@ from typing import Any
 from apis.core import Node, Pod, decode_node, decode_pod
 from apis.device import Device
 from apis.disruption import PodDisruptionBudget, decode_pdb
+from apis.gang import PodGroup, decode_pod_group
 from scheduler.cluster import ChangeHandler
-from scheduler.framework.events import PDB_KIND, Change
+from scheduler.framework.events import PDB_KIND, POD_GROUP_KIND, Change
 from scheduler.framework.interfaces import BindError
 
 
@@ -44,6 +45,7 @@ class InMemoryCluster:
         self.pods: dict[str, Pod] = {}
         self.devices: dict[str, Device] = {}
         self.pdbs: dict[str, PodDisruptionBudget] = {}
+        self.pod_groups: dict[str, PodGroup] = {}
         self.events: list[RecordedEvent] = []
         self.binds = 0
         self._handlers: list[ChangeHandler] = []
@@ -64,6 +66,8 @@ class InMemoryCluster:
                 handler(Change("Pod", None, pod))
             for pdb in self.pdbs.values():
                 handler(Change(PDB_KIND, None, pdb))
+            for group in self.pod_groups.values():
+                handler(Change(POD_GROUP_KIND, None, group))
 
     def wait_for_sync(self, timeout: float | None = None) -> bool:
         return True
@@ -143,6 +147,19 @@ class InMemoryCluster:
                 st.pop("nominatedNodeName", None)
             self._store_pod(raw)
 
+    def annotate_pod(self, pod: Pod, annotations: Mapping[str, str]) -> None:
+        """Merge ``annotations`` into exactly this incarnation (gone or re-created: nothing)."""
+        with self._lock:
+            current = self.pods.get(pod.key)
+            if current is None or current.uid != pod.uid:
+                return
+            if all(current.annotations.get(k) == v for k, v in annotations.items()):
+                return
+            raw = copy.deepcopy(dict(current.raw))
+            meta = raw.setdefault("metadata", {})
+            meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
+            self._store_pod(raw)
+
     # -- writes (the "API") ---------------------------------------------------------------------
 
     def apply_node(self, obj: Mapping[str, Any]) -> Node:
@@ -203,6 +220,20 @@ class InMemoryCluster:
             old = self.pdbs.pop(key, None)
             if old is not None:
                 self._emit(Change(PDB_KIND, old, None))
+
+    def apply_pod_group(self, obj: Mapping[str, Any]) -> PodGroup:
+        with self._lock:
+            group = decode_pod_group(self._stamp(obj))
+            old = self.pod_groups.get(group.id)
+            self.pod_groups[group.id] = group
+            self._emit(Change(POD_GROUP_KIND, old, group))
+            return group
+
+    def delete_pod_group(self, key: str) -> None:
+        with self._lock:
+            old = self.pod_groups.pop(key, None)
+            if old is not None:
+                self._emit(Change(POD_GROUP_KIND, old, None))
 
     # -- internals --------------------------------------------------------------------------------
 

@@ -96,6 +96,8 @@ def simulate(
         cluster.apply_device(device)
     for pdb in scenario.pdbs:
         cluster.apply_pdb(pdb)
+    for group in scenario.pod_groups:
+        cluster.apply_pod_group(group)
     for pod in scenario.running_pods:
         cluster.apply_pod(pod)
     sched = simulated_scheduler(config, cluster, registry, default_plugins, seed)

@@ -1,6 +1,7 @@
 """Scenario files for ``koord-scheduler simulate``: multi-document YAML of Kubernetes objects.
 
-A scenario holds v1 Nodes, ``scheduling.koordinator.sh/v1alpha1`` Devices and v1 Pods, as
+A scenario holds v1 Nodes, ``scheduling.koordinator.sh/v1alpha1`` Devices and v1 Pods (and
+PodDisruptionBudgets, PriorityClasses and ``scheduling.sigs.k8s.io/v1alpha1`` PodGroups), as
 separate documents or inside ``kind: List`` documents. Pods with ``spec.nodeName`` are already
 running; the rest are to be scheduled, in file order.
 
@@ -20,6 +21,7 @@ import yaml
 from apis.core import DecodeError, decode_node, decode_pod
 from apis.device import Device
 from apis.disruption import decode_pdb
+from apis.gang import POD_GROUP_API_VERSION, GangSpecError, decode_pod_group
 
 DEVICE_API_VERSION = "scheduling.koordinator.sh/v1alpha1"
 _KINDS = {
@@ -29,6 +31,7 @@ _KINDS = {
     ("policy/v1", "PodDisruptionBudget"),
     ("policy/v1beta1", "PodDisruptionBudget"),
     ("scheduling.k8s.io/v1", "PriorityClass"),
+    (POD_GROUP_API_VERSION, "PodGroup"),
 }
 
 
@@ -44,6 +47,7 @@ class Scenario:
     devices: list[dict[str, Any]] = field(default_factory=list)
     pods: list[dict[str, Any]] = field(default_factory=list)
     pdbs: list[dict[str, Any]] = field(default_factory=list)
+    pod_groups: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def running_pods(self) -> list[dict[str, Any]]:
@@ -79,7 +83,8 @@ def parse_scenario(text: str, source: str = "<scenario>") -> Scenario:
             raise ScenarioError(
                 f"{where}: unsupported object apiVersion={api_version!r} kind={kind!r} "
                 f"(expected v1 Node, v1 Pod, {DEVICE_API_VERSION} Device, policy "
-                "PodDisruptionBudget or scheduling.k8s.io/v1 PriorityClass)"
+                "PodDisruptionBudget, scheduling.k8s.io/v1 PriorityClass or "
+                f"{POD_GROUP_API_VERSION} PodGroup)"
             )
         raw_meta = obj.get("metadata")
         meta: Mapping[str, Any] = raw_meta if isinstance(raw_meta, Mapping) else {}
@@ -93,9 +98,11 @@ def parse_scenario(text: str, source: str = "<scenario>") -> Scenario:
                 key = decode_pdb(obj).key
             elif kind == "PriorityClass":
                 key = _priority_class(obj)[0]
+            elif kind == "PodGroup":
+                key = decode_pod_group(obj).key
             else:
                 key = Device.from_dict(obj).name
-        except (DecodeError, ValueError) as exc:
+        except (DecodeError, GangSpecError, ValueError) as exc:
             raise ScenarioError(f"{label}: {exc}") from None
         first = seen.get((kind, key))
         if first is not None:
@@ -112,6 +119,7 @@ def parse_scenario(text: str, source: str = "<scenario>") -> Scenario:
             "Pod": scenario.pods,
             "Device": scenario.devices,
             "PodDisruptionBudget": scenario.pdbs,
+            "PodGroup": scenario.pod_groups,
         }
         target[kind].append(dict(obj))
     scenario.pods = [_with_priority(p, classes, source) for p in scenario.pods]

@@ -7,7 +7,8 @@ members of the gang, and of every gang in its group, are assumed; then every wai
 allowed at once. In Strict mode, when any member fails after Reserve (its wait timed out, a
 later plugin failed, the bind failed, or it was deleted while waiting) every waiting member of
 the group is rejected; the framework then runs Unreserve for each, so no reservation outlives
-the attempt.
+the attempt. A gang may be defined by a ``scheduling.sigs.k8s.io`` PodGroup (its labelled pods);
+a gang whose wait times out gets Koordinator's timeout mark on its pods (``plugin.py``).
 
 Invariants: the plugin's state changes only on the scheduling thread (events, Reserve,
 Unreserve, Permit); a gang's queue-sort key never changes while the gang has pods, so the queue

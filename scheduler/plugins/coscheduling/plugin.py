@@ -6,27 +6,51 @@ See the package docstring for the contract. State per gang id: the member pods t
 the members seen bound, whether the gang was ever satisfied (``once-satisfied``) and, for a
 gang kept on one node, its node and card plan (``samenode``). Filter and Score act only on
 members of such gangs (PreFilter and PreScore Skip them for every other pod).
+
+PodGroups (``scheduling.sigs.k8s.io/v1alpha1``) arrive as ``POD_GROUP_KIND`` changes; a pod
+labelled with a pod group takes its spec from the PodGroup when one exists (``apis.gang``).
+
+Timeout (Koordinator's Unreserve): when a member's Permit wait times out (the framework's
+``PERMIT_TIMED_OUT_KEY`` in its cycle state), every waiting member of the gang is rejected
+(any mode), and every unbound member pod is marked ``gang.scheduling.koordinator.sh/timeout:
+"true"`` (one ``annotate_pod`` each, beside the scheduling thread through
+``Handle.write_soon``; fenced in the kube adapter) with a ``GangTimeout`` event. PreFilter
+rejects marked pods as unresolvable: the gang is retried only when its pods are re-created.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from apis.core import Pod
 from apis.gang import (
+    ANNOTATION_TIMEOUT,
+    LABEL_POD_GROUP_MIN_AVAILABLE,
     MATCH_ONCE_SATISFIED,
     MATCH_ONLY_WAITING,
     MODE_STRICT,
+    TIMEOUT_MARK,
     GangSpec,
     GangSpecError,
+    PodGroup,
     gang_of,
+    spec_of_pod_group,
+    timed_out,
 )
 from scheduler.framework.cycle_state import CycleState
-from scheduler.framework.events import UNSCHEDULED_POD_ADD, Change, ClusterEvent
+from scheduler.framework.events import (
+    POD_GROUP_ADD,
+    POD_GROUP_KIND,
+    POD_GROUP_UPDATE,
+    UNSCHEDULED_POD_ADD,
+    Change,
+    ClusterEvent,
+)
 from scheduler.framework.interfaces import Handle, PreFilterExtensions, QueuedPodInfo
 from scheduler.framework.status import SKIP, Code, Status, unresolvable, unschedulable
 from scheduler.framework.types import NodeInfo
+from scheduler.framework.waiting import PERMIT_TIMED_OUT_KEY
 from scheduler.plugins.coscheduling.samenode import PREFERRED_GPUS_KEY, GangPlacement, SameNode
 
 __all__ = ["Coscheduling"]
@@ -40,6 +64,7 @@ class _Gang:
     assumed: set[str] = field(default_factory=set)  # reserved, not unreserved
     bound: set[str] = field(default_factory=set)
     satisfied: bool = False
+    marked: set[str] = field(default_factory=set)  # uids given the timeout mark
     placement: GangPlacement = field(default_factory=GangPlacement)
 
     def settle(self) -> None:
@@ -66,6 +91,8 @@ class Coscheduling:
         self._handle = handle
         self._gangs: dict[str, _Gang] = {}
         self._pod_gang: dict[str, str] = {}  # uid -> gang id
+        self._members: dict[str, Pod] = {}  # uid -> the latest record of a gang member
+        self._pod_groups: dict[str, PodGroup] = {}  # namespace/name -> PodGroup
         self._same_node = SameNode(handle)
         handle.add_event_handler(self._on_change)
 
@@ -80,7 +107,27 @@ class Coscheduling:
             gang.spec = spec  # the newest member's annotations win, as in Koordinator
         return gang
 
+    def _spec(self, pod: Pod) -> GangSpec | None:
+        return gang_of(pod, self._pod_groups)
+
+    def _on_pod_group(self, change: Change) -> None:
+        if change.new is None:
+            group: PodGroup = change.old
+            self._pod_groups.pop(group.id, None)
+            gang = self._gangs.get(group.id)
+            if gang is not None and gang.spec.source == "PodGroup":
+                gang.spec = replace(gang.spec, source="labels", needs_pod_group=True)
+            return
+        group = change.new
+        self._pod_groups[group.id] = group
+        gang = self._gangs.get(group.id)
+        if gang is not None and gang.spec.source != "annotations":
+            gang.spec = spec_of_pod_group(group)
+
     def _on_change(self, change: Change) -> None:
+        if change.kind == POD_GROUP_KIND:
+            self._on_pod_group(change)
+            return
         if change.kind != "Pod":
             return
         if change.new is None:
@@ -88,7 +135,7 @@ class Coscheduling:
             return
         pod: Pod = change.new
         try:
-            spec = gang_of(pod)
+            spec = self._spec(pod)
         except GangSpecError:
             return  # reported when the pod is scheduled (PreFilter)
         if spec is None:
@@ -99,6 +146,7 @@ class Coscheduling:
         gang = self._gang(spec)
         gang.pods.add(pod.uid)
         self._pod_gang[pod.uid] = spec.id
+        self._members[pod.uid] = pod
         if pod.node_name:
             gang.bound.add(pod.uid)
             if spec.same_node and gang.placement.node is None:
@@ -106,10 +154,12 @@ class Coscheduling:
 
     def _forget(self, pod: Pod) -> None:
         gang_id = self._pod_gang.pop(pod.uid, None)
+        self._members.pop(pod.uid, None)
         if gang_id is None:
             return
         gang = self._gangs[gang_id]
         gang.pods.discard(pod.uid)
+        gang.marked.discard(pod.uid)
         gang.bound.discard(pod.uid)
         gang.assumed.discard(pod.uid)
         gang.settle()
@@ -128,7 +178,7 @@ class Coscheduling:
 
     def _sort_key(self, qpi: QueuedPodInfo) -> tuple[float, str]:
         try:
-            spec = gang_of(qpi.pod)
+            spec = self._spec(qpi.pod)
         except GangSpecError:
             spec = None
         if spec is None:
@@ -153,7 +203,7 @@ class Coscheduling:
 
     def pre_filter(self, state: CycleState, pod: Pod) -> Status | None:
         try:
-            spec = gang_of(pod)
+            spec = self._spec(pod)
         except GangSpecError as err:
             return unresolvable(f"gang: {err}")
         if spec is None:
@@ -162,8 +212,18 @@ class Coscheduling:
         if pod.uid not in gang.pods:  # not yet seen through an event (e.g. a direct call)
             gang.pods.add(pod.uid)
             self._pod_gang[pod.uid] = spec.id
+        if timed_out(pod):
+            return unresolvable(
+                f"gang {spec.id} timed out ({ANNOTATION_TIMEOUT}={TIMEOUT_MARK}): "
+                "re-create its pods to schedule it again"
+            )
         for gang_id in spec.groups:
             member = self._gangs.get(gang_id)
+            if member is not None and member.spec.needs_pod_group:
+                return unschedulable(
+                    f"gang {gang_id}: PodGroup {gang_id} not found (create it, or label the "
+                    f"pods {LABEL_POD_GROUP_MIN_AVAILABLE})"
+                )
             have = len(member.pods) if member is not None else 0
             need = member.spec.min_available if member is not None else 1
             if have < need:
@@ -232,7 +292,7 @@ class Coscheduling:
     # -- Reserve ----------------------------------------------------------------------------------
 
     def reserve(self, state: CycleState, pod: Pod, node_name: str) -> Status | None:
-        spec = gang_of(pod)
+        spec = self._spec(pod)
         if spec is None:
             return None
         gang = self._gang(spec)
@@ -249,7 +309,7 @@ class Coscheduling:
         """A member failed after Reserve: in Strict mode the whole group's waiting members are
         rejected (the framework unreserves each of them in turn)."""
         try:
-            spec = gang_of(pod)
+            spec = self._spec(pod)
         except GangSpecError:
             return
         if spec is None:
@@ -257,6 +317,8 @@ class Coscheduling:
         gang = self._gangs.get(spec.id)
         if gang is None:
             return
+        if state.get(PERMIT_TIMED_OUT_KEY) == self.name:
+            self._timed_out(gang)  # (counting this member among the assumed, as it was)
         gang.assumed.discard(pod.uid)
         gang.settle()
         if spec.mode != MODE_STRICT:
@@ -264,16 +326,47 @@ class Coscheduling:
         message = f"gang {spec.id}: member {pod.key} failed, rejecting the gang group (Strict)"
         for waiting in self._handle.waiting_pods:
             try:
-                other = gang_of(waiting.pod)
+                other = self._spec(waiting.pod)
             except GangSpecError:
                 continue
             if other is not None and other.id in spec.groups:
                 waiting.reject(self.name, message)
 
+    def _timed_out(self, gang: _Gang) -> None:
+        """A member's wait timed out: reject the gang's waiting members and mark its unbound
+        pods (each once) with Koordinator's timeout annotation, beside the scheduling thread."""
+        spec = gang.spec
+        have, need = self._counted(gang), spec.min_available
+        message = (
+            f"gang {spec.id} timed out after waiting {spec.waiting_seconds:g}s with {have}/{need} "
+            f"members assumed; its pods are marked {ANNOTATION_TIMEOUT}={TIMEOUT_MARK} and are "
+            "not scheduled again until re-created"
+        )
+        for waiting in self._handle.waiting_pods:
+            try:
+                other = self._spec(waiting.pod)
+            except GangSpecError:
+                continue
+            if other is not None and other.id == spec.id:
+                waiting.reject(self.name, message)
+        client = self._handle.client
+        mark = {ANNOTATION_TIMEOUT: TIMEOUT_MARK}
+        for uid in sorted(gang.pods - gang.bound - gang.marked):
+            member = self._members.get(uid)
+            if member is None or timed_out(member):
+                continue
+            gang.marked.add(uid)
+
+            def write(pod: Pod = member) -> None:
+                client.record_event(pod, "Warning", "GangTimeout", message)
+                client.annotate_pod(pod, mark)
+
+            self._handle.write_soon(write)
+
     # -- Permit -----------------------------------------------------------------------------------
 
     def permit(self, state: CycleState, pod: Pod, node_name: str) -> tuple[Status | None, float]:
-        spec = gang_of(pod)
+        spec = self._spec(pod)
         if spec is None:
             return None, 0.0
         gang = self._gang(spec)
@@ -296,7 +389,7 @@ class Coscheduling:
                 member.satisfied = True
         for waiting in self._handle.waiting_pods:
             try:
-                other = gang_of(waiting.pod)
+                other = self._spec(waiting.pod)
             except GangSpecError:
                 continue
             if other is not None and other.id in spec.groups:
@@ -304,4 +397,4 @@ class Coscheduling:
         return None, 0.0
 
     def events_to_register(self) -> list[ClusterEvent]:
-        return [UNSCHEDULED_POD_ADD]
+        return [UNSCHEDULED_POD_ADD, POD_GROUP_ADD, POD_GROUP_UPDATE]

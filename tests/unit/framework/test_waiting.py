@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+
+import pytest
 
 from apis.core import decode_pod
 from scheduler.framework.status import Code
@@ -29,9 +32,25 @@ def test_one_rejection_decides() -> None:
 
 
 def test_the_earliest_timeout_rejects() -> None:
-    status = WaitingPod(POD, {"slow": 30, "fast": 0.01}).wait()
+    waiting = WaitingPod(POD, {"slow": 30, "fast": 0.01})
+    status = waiting.wait()
     assert status is not None and status.plugin == "fast"
     assert status.message == "rejected due to timeout after waiting 0.01s at plugin fast"
+    assert waiting.timed_out_plugin == "fast"
+
+
+@pytest.mark.parametrize(
+    "decide",
+    [
+        pytest.param(lambda w: w.allow("A"), id="allowed"),
+        pytest.param(lambda w: w.reject("A", "gang member failed"), id="rejected"),
+    ],
+)
+def test_only_the_timeout_counts_as_timed_out(decide: Callable[[WaitingPod], None]) -> None:
+    waiting = WaitingPod(POD, {"A": 0.05})
+    decide(waiting)
+    waiting.wait()
+    assert waiting.timed_out_plugin == ""
 
 
 def test_registry() -> None:

@@ -397,3 +397,40 @@ def test_the_pod_cache_keeps_a_slim_raw() -> None:
     assert slim.raw == {"status": {"conditions": [cond]}}
     assert full.raw == obj
     assert dataclasses.replace(slim, raw=obj) == full  # only raw differs
+
+
+# -- a timed-out gang's mark --------------------------------------------------------------------
+
+
+def test_the_timeout_mark_is_a_merge_patch_with_the_uid_as_precondition(
+    transport: FakeTransport,
+) -> None:
+    transport.on("PATCH", POD_PATH, json_response({}, 200))
+    mark = {"gang.scheduling.koordinator.sh/timeout": "true"}
+    KubeCluster(RestClient(transport), None, fence=lambda: True).annotate_pod(pod(), mark)
+    (sent,) = transport.sent("PATCH", POD_PATH)
+    assert sent.body == {"metadata": {"annotations": mark, "uid": "u1"}}
+    assert sent.headers["Content-Type"] == "application/merge-patch+json"
+
+
+@pytest.mark.parametrize("status", [404, 409], ids=["gone", "re-created"])
+def test_the_mark_of_a_gone_pod_is_dropped(transport: FakeTransport, status: int) -> None:
+    transport.on("PATCH", POD_PATH, status_response(status, "Conflict", "uid mismatch"))
+    KubeCluster(RestClient(transport), None).annotate_pod(pod(), {"a": "b"})
+
+
+def test_the_mark_is_fenced(transport: FakeTransport) -> None:
+    """Only the lease holder marks pods: a closed fence sends nothing."""
+    cluster = KubeCluster(RestClient(transport), None, fence=lambda: False)
+    with pytest.raises(BindError) as exc:
+        cluster.annotate_pod(pod(), {"a": "b"})
+    assert exc.value.fenced
+    assert not transport.sent("PATCH", POD_PATH)
+
+
+def test_pod_groups_are_watched_by_default() -> None:
+    cluster = KubeCluster(RestClient(FakeTransport()), None)
+    assert cluster.pod_groups is not None
+    assert cluster.pod_groups.spec.path == "/apis/scheduling.sigs.k8s.io/v1alpha1/podgroups"
+    assert cluster.pod_groups.spec.optional
+    assert cluster.pod_groups in cluster.informers

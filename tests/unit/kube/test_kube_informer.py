@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from scheduler.framework.events import Action, Change
-from scheduler.kube.cluster import device_spec, node_spec, pod_spec
+from scheduler.kube.cluster import POD_GROUPS_PATH, device_spec, node_spec, pod_group_spec, pod_spec
 from scheduler.kube.informer import Informer, ResourceSpec
 from scheduler.kube.ratelimit import Backoff
 from scheduler.kube.rest import RestClient, TransportError
@@ -307,3 +307,50 @@ def test_managed_fields_are_not_kept(
     inf.start()
     assert inf.wait_for_sync(5)
     assert "managedFields" not in inf.get("a").raw["metadata"]
+
+
+def pod_group(name: str, rv: str, min_member: int = 2) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.sigs.k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "team", "resourceVersion": rv},
+        "spec": {"minMember": min_member},
+    }
+
+
+def test_an_optional_crd_not_installed_is_synced_healthy_and_empty(
+    transport: FakeTransport, make: Callable[..., Informer]
+) -> None:
+    """No PodGroup CRD: the scheduler stays ready (gangs by annotation still work); the list is
+    tried again later, and a CRD installed meanwhile is picked up."""
+    transport.on(
+        "GET",
+        POD_GROUPS_PATH,
+        status_response(404, "NotFound", "the server could not find the requested resource"),
+        object_list([pod_group("job", "4")], rv="5"),
+    )
+    inf = make(pod_group_spec(), absent_retry=0.05)
+    rec = Recorder()
+    inf.subscribe(rec)
+    inf.start()
+    assert inf.wait_for_sync(5)
+    assert inf.healthy and inf.last_error == ""
+    change = rec.q.get(timeout=5)  # installed later: the next list delivers it
+    assert change.action is Action.ADD and change.new.id == "team/job"
+    wait(lambda: not inf.absent)
+
+
+def test_namespaced_objects_are_deleted_by_namespace_and_name(
+    transport: FakeTransport, make: Callable[..., Informer]
+) -> None:
+    transport.on("GET", POD_GROUPS_PATH, object_list([pod_group("job", "4")], rv="5"))
+    transport.on_watch(
+        POD_GROUPS_PATH, FakeStream([event("DELETED", pod_group("job", "6"))], end=False)
+    )
+    inf = make(pod_group_spec())
+    rec = Recorder()
+    inf.subscribe(rec)
+    inf.start()
+    first, second = rec.q.get(timeout=5), rec.q.get(timeout=5)
+    assert first.action is Action.ADD and second.action is Action.DELETE
+    assert second.old.id == "team/job" and inf.items() == []

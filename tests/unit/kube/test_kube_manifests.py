@@ -11,10 +11,18 @@ from typing import Any
 import yaml
 
 from apis.device import GROUP, KIND, PLURAL, VERSION
+from apis.gang import POD_GROUP_API_VERSION, decode_pod_group
 from scheduler.config import load_config, parse_config
-from scheduler.kube.cluster import DEVICES_PATH, NODES_PATH, PODS_FIELD_SELECTOR, PODS_PATH
+from scheduler.kube.cluster import (
+    DEVICES_PATH,
+    NODES_PATH,
+    POD_GROUPS_PATH,
+    PODS_FIELD_SELECTOR,
+    PODS_PATH,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
+PG_GROUP = POD_GROUP_API_VERSION.split("/")[0]
 
 
 def docs(folder: str) -> list[dict[str, Any]]:
@@ -80,7 +88,9 @@ def test_cluster_role_is_least_privilege() -> None:
         ("", "nodes", "get"), ("", "nodes", "list"), ("", "nodes", "watch"),
         ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"),
         ("", "pods", "delete"),  # preemption's victims
+        ("", "pods", "patch"),  # a timed-out gang's mark (and --bind-mode patch)
         ("policy", "poddisruptionbudgets", "list"), ("policy", "poddisruptionbudgets", "watch"),
+        (PG_GROUP, "podgroups", "list"), (PG_GROUP, "podgroups", "watch"),
         ("", "pods/binding", "create"),
         ("", "pods/status", "patch"),
         ("", "events", "create"), ("", "events", "patch"),
@@ -89,6 +99,7 @@ def test_cluster_role_is_least_privilege() -> None:
     assert NODES_PATH == "/api/v1/nodes" and PODS_PATH == "/api/v1/pods"
     assert f"/apis/{GROUP}/{VERSION}/{PLURAL}" == DEVICES_PATH
     assert "status.phase" in PODS_FIELD_SELECTOR
+    assert f"/apis/{PG_GROUP}/v1alpha1/podgroups" == POD_GROUPS_PATH
 
 
 def test_lease_role_matches_the_configuration() -> None:
@@ -107,7 +118,7 @@ def test_lease_role_matches_the_configuration() -> None:
 
 
 def test_crd_is_the_cluster_scoped_device_with_the_spec_schema() -> None:
-    crd = by_kind("CustomResourceDefinition")
+    crd = by_kind("CustomResourceDefinition", f"{PLURAL}.{GROUP}")
     spec = crd["spec"]
     assert crd["metadata"]["name"] == f"{PLURAL}.{GROUP}"
     assert spec["scope"] == "Cluster" and spec["group"] == GROUP
@@ -128,6 +139,46 @@ def test_crd_is_the_cluster_scoped_device_with_the_spec_schema() -> None:
         "busID",
     }
     assert item["resources"]["additionalProperties"]["x-kubernetes-int-or-string"] is True
+
+
+def test_pod_group_crd_is_scheduler_plugins_namespaced_v1alpha1() -> None:
+    crd = by_kind("CustomResourceDefinition", f"podgroups.{PG_GROUP}")
+    spec = crd["spec"]
+    assert spec["group"] == PG_GROUP and spec["scope"] == "Namespaced"
+    assert spec["names"] == {
+        "kind": "PodGroup", "listKind": "PodGroupList", "plural": "podgroups",
+        "singular": "podgroup", "shortNames": ["pg", "pgs"],
+    }  # fmt: skip
+    (version,) = spec["versions"]
+    assert f"{PG_GROUP}/{version['name']}" == POD_GROUP_API_VERSION
+    assert version["served"] and version["storage"]
+    props = version["schema"]["openAPIV3Schema"]["properties"]
+    assert set(props["spec"]["properties"]) == {
+        "minMember",
+        "minResources",
+        "scheduleTimeoutSeconds",
+    }
+    for field in ("minMember", "scheduleTimeoutSeconds"):
+        assert props["spec"]["properties"][field]["type"] == "integer"
+        assert props["spec"]["properties"][field]["format"] == "int32"
+    assert set(props["status"]["properties"]) == {
+        "phase", "occupiedBy", "scheduled", "running", "succeeded", "failed", "scheduleStartTime",
+    }  # fmt: skip
+    example = {
+        "apiVersion": POD_GROUP_API_VERSION,
+        "kind": "PodGroup",
+        "metadata": {"name": "train", "namespace": "ml"},
+        "spec": {"minMember": 3, "scheduleTimeoutSeconds": 60},
+    }
+    group = decode_pod_group(example)
+    assert (group.id, group.min_member, group.schedule_timeout_seconds) == ("ml/train", 3, 60.0)
+
+
+def test_kustomization_ships_both_crds() -> None:
+    kustomization = yaml.safe_load((ROOT / "config/crd/Kustomization").read_text())
+    shipped = {p.name for p in (ROOT / "config/crd").glob("*.yaml")}
+    assert set(kustomization["resources"]) == shipped
+    assert f"podgroups.{PG_GROUP}.yaml" in shipped
 
 
 def test_prometheus_example_scrapes_the_annotated_pods() -> None:

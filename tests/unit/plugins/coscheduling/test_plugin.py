@@ -12,6 +12,7 @@ from scheduler.scheduler import Scheduler
 from scheduler.simulator.cluster import InMemoryCluster
 from scheduler.simulator.run import SimulatedClock
 from tests.builders import make_node, make_pod
+from tests.fakes import ManualExecutor
 
 OURS = "koord-scheduler"
 G = "gang.scheduling.koordinator.sh"
@@ -53,11 +54,13 @@ def _setup(cpu: str = "8") -> tuple[InMemoryCluster, Scheduler, SimulatedClock]:
     return cluster, sched, clock
 
 
-def _member(name: str, gang: str, min_available: int, **extra: str) -> dict[str, object]:
+def _member(
+    name: str, gang: str, min_available: int, *, uid: str = "", **extra: str
+) -> dict[str, object]:
     b = (
         make_pod(name)
         .req(cpu="2")
-        .uid(f"uid-{name}")
+        .uid(uid or f"uid-{name}")
         .scheduler(OURS)
         .annotation(f"{G}/name", gang)
         .annotation(f"{G}/min-available", str(min_available))
@@ -118,6 +121,87 @@ def test_a_gang_that_cannot_fit_times_out_and_releases_everything(mode: str) -> 
     assert _bound(cluster) == []
     assert _cpu_requested(sched) == 0
     assert len(sched.waiting_pods) == 0
+    # Koordinator's mark on every member, and one GangTimeout event each.
+    assert {k: p.annotations.get(f"{G}/timeout") for k, p in cluster.pods.items()} == {
+        f"default/p{i}": "true" for i in range(3)
+    }
+    timeouts = sorted(e.pod_key for e in cluster.events if e.reason == "GangTimeout")
+    assert timeouts == ["default/p0", "default/p1", "default/p2"]
+
+
+def test_a_timed_out_gang_is_not_scheduled_again_until_re_created() -> None:
+    cluster, sched, clock = _setup()
+    for i in range(3):
+        cluster.apply_pod(_member(f"p{i}", "job", 3, timeout="true"))
+    sched.run_until_idle()
+    sched.wait_for_writes()
+    assert _bound(cluster) == []
+    assert sched.failures["default/p0"].startswith(
+        "0/1 nodes are available: gang default/job timed out "
+        "(gang.scheduling.koordinator.sh/timeout=true): re-create its pods"
+    )
+    for i in range(3):  # re-created without the mark: a fresh attempt
+        cluster.delete_pod(f"default/p{i}")
+        cluster.apply_pod(_member(f"p{i}", "job", 3, uid=f"uid-new-p{i}"))
+    clock.advance(60)
+    sched.run_until_idle()
+    sched.wait_for_writes()
+    sched.close()
+    assert _bound(cluster) == ["p0", "p1", "p2"]
+
+
+def _labelled(name: str, group: str) -> dict[str, object]:
+    return (
+        make_pod(name)
+        .req(cpu="2")
+        .uid(f"uid-{name}")
+        .scheduler(OURS)
+        .label("pod-group.scheduling.sigs.k8s.io", group)
+        .obj()
+    )
+
+
+def _pod_group(name: str, min_member: int, timeout: int | None = None) -> dict[str, object]:
+    spec: dict[str, object] = {"minMember": min_member}
+    if timeout is not None:
+        spec["scheduleTimeoutSeconds"] = timeout
+    return {
+        "apiVersion": "scheduling.sigs.k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": spec,
+    }
+
+
+def test_a_pod_group_defines_the_gang_of_its_labelled_pods() -> None:
+    cluster, sched, clock = _setup()
+    cluster.apply_pod_group(_pod_group("job", 3))
+    for i in range(2):
+        cluster.apply_pod(_labelled(f"p{i}", "job"))
+    sched.run_until_idle()
+    assert _bound(cluster) == []
+    assert "gang default/job has 2/3 pods created" in sched.failures["default/p0"]
+    clock.advance(60)
+    cluster.apply_pod(_labelled("p2", "job"))
+    sched.run_until_idle()
+    sched.wait_for_writes()
+    sched.close()
+    assert _bound(cluster) == ["p0", "p1", "p2"]
+
+
+def test_labelled_pods_wait_for_their_pod_group() -> None:
+    cluster, sched, clock = _setup()
+    for i in range(2):
+        cluster.apply_pod(_labelled(f"p{i}", "job"))
+    sched.run_until_idle()
+    assert _bound(cluster) == []
+    assert "PodGroup default/job not found" in sched.failures["default/p0"]
+    clock.advance(60)
+    cluster.apply_pod_group(_pod_group("job", 2, timeout=30))  # moves them back (PodGroup add)
+    sched.run_until_idle()
+    sched.wait_for_writes()
+    sched.close()
+    assert _bound(cluster) == ["p0", "p1"]
 
 
 def test_groups_wait_for_every_gang_in_the_group() -> None:
@@ -149,3 +233,44 @@ def test_a_member_deleted_while_waiting_rejects_the_strict_gang() -> None:
     assert _bound(cluster) == []
     assert len(sched.waiting_pods) == 0
     assert sched.failures["default/p1"].startswith("gang default/job: member default/p0")
+
+
+def test_a_pod_group_change_applies_to_its_waiting_gang() -> None:
+    cluster, sched, clock = _setup()
+    cluster.apply_pod_group(_pod_group("job", 3))
+    for i in range(2):
+        cluster.apply_pod(_labelled(f"p{i}", "job"))
+    sched.run_until_idle()
+    assert _bound(cluster) == []
+    clock.advance(60)
+    cluster.apply_pod_group(_pod_group("job", 2))  # an update moves its pods back
+    sched.run_until_idle()
+    sched.wait_for_writes()
+    sched.close()
+    assert _bound(cluster) == ["p0", "p1"]
+
+
+def test_the_timeout_mark_is_written_off_the_scheduling_thread() -> None:
+    """The mark goes through the scheduler's worker pool (here a ManualExecutor): nothing is
+    written while Unreserve runs; the writes land when the pool runs them."""
+    cluster = InMemoryCluster()
+    cluster.apply_node(make_node("n0").cpu("8").memory("64Gi").obj())
+    executor = ManualExecutor()
+    _, sched, _ = _setup()
+    sched.close()
+    sched = Scheduler(
+        sched.config, cluster, in_tree_registry(), default_plugins(),
+        clock=SimulatedClock(), rng=random.Random(0), executor=executor,
+    )  # fmt: skip
+    for i in range(2):
+        cluster.apply_pod(_member(f"p{i}", "job", 2, waiting_time="10ms"))
+    sched.schedule_one()  # p0 waits at Permit for a second member
+    cluster.delete_pod("default/p1")  # which will never come
+    sched.drain()
+    executor.run(0)  # p0's binding cycle: its wait times out
+    sched.drain()  # Unreserve on the scheduling thread: the mark is queued, not written
+    assert cluster.pods["default/p0"].annotations.get(f"{G}/timeout") is None
+    executor.run_all()
+    assert cluster.pods["default/p0"].annotations.get(f"{G}/timeout") == "true"
+    assert "GangTimeout" in {e.reason for e in cluster.events if e.pod_key == "default/p0"}
+    sched.close()
