@@ -16,7 +16,9 @@ Invariants (``EventAggregator``, pure, clock injected):
 - ``count`` on the API object never goes down and equals the occurrences folded in so far.
 - A clean entry not seen for ``window`` seconds is forgotten: a later occurrence makes a new
   Event, as client-go does after its aggregation window. At most ``max_entries`` entries are
-  kept; beyond that new keys are dropped and counted in ``dropped``.
+  kept; beyond that the oldest entry already written is forgotten, and only when every entry
+  still waits to be written (a backlog the write rate cannot drain) are new keys dropped and
+  counted in ``dropped``.
 """
 
 from __future__ import annotations
@@ -109,8 +111,8 @@ class EventAggregator:
         if entry is None:
             if len(self._entries) >= self.max_entries:
                 self.expire()
-            if len(self._entries) >= self.max_entries:
-                self.dropped += 1
+            if len(self._entries) >= self.max_entries and not self._evict_one_clean():
+                self.dropped += 1  # every entry still waits to be written: a bounded backlog
                 return
             entry = EventEntry(key, first_seen=wall, last_seen=wall, seen_at=now, count=1)
             self._entries[key] = entry
@@ -139,6 +141,15 @@ class EventAggregator:
     def failed(self, entry: EventEntry) -> None:
         """A write failed for good: forget what was not written (no retry storm)."""
         entry.written_count = entry.count
+
+    def _evict_one_clean(self) -> bool:
+        """Forget the oldest entry already written (a later occurrence of it starts a new
+        Event instead of patching the count); False when every entry is still dirty."""
+        for k, e in self._entries.items():
+            if not e.dirty:
+                del self._entries[k]
+                return True
+        return False
 
     def expire(self) -> int:
         """Forget clean entries idle longer than the window; returns how many."""

@@ -236,3 +236,20 @@ def test_occurrences_waiting_for_a_token_fold_into_one_write() -> None:
         assert [p.body["count"] for p in patches] == [11]
     finally:
         recorder.stop()
+
+
+def test_cap_evicts_a_written_entry_before_dropping_a_new_key() -> None:
+    """A burst of distinct events (one Scheduled event per pod, 50,000 pods in minutes): once
+    the cache is full, the oldest entry already written makes room — no new event is dropped
+    while a clean one can go (kube's correlator is an LRU, it never drops for a full cache)."""
+    agg = aggregator(FakeClock(), max_entries=2)
+    agg.add(key("a"))
+    written = agg.next_dirty()
+    assert written is not None
+    agg.written(written, 1, "a.1")
+    agg.add(key("b"))
+    agg.add(key("c"))
+    assert agg.dropped == 0 and len(agg) == 2
+    assert {e.key for e in (agg.next_dirty(), agg.next_dirty()) if e is not None} == {
+        key("b"), key("c")
+    }
