@@ -1,5 +1,5 @@
 """The scheduler's HTTP endpoints on one port: ``/healthz``, ``/livez``, ``/readyz``, ``/metrics``,
-``/debug/explain/NAMESPACE/POD``.
+``/debug/explain/NAMESPACE/POD``, ``/debug/memory``.
 
 Role: what the kubelet's probes and Prometheus talk to. ``/livez`` and ``/healthz`` run the
 liveness checks (the process's threads are alive), ``/readyz`` the readiness checks (caches
@@ -9,7 +9,9 @@ lists every check (``[+]<check> ok``). ``/metrics`` serves the Prometheus text f
 function it is given. ``/debug/explain/NS/POD[?o=json|table]`` answers ``koord-scheduler
 explain`` for a pending pod from the running scheduler's own state (the function it is given
 runs the question on the scheduling thread); 400 for a malformed path, what the function says
-otherwise (404 for an unknown pod), 500 with one line if it raises.
+otherwise (404 for an unknown pod), 500 with one line if it raises. ``/debug/memory`` lists
+the allocation sites holding the most memory when the process runs with
+``PYTHONTRACEMALLOC=1``, and says how to turn tracing on otherwise (404).
 
 Invariants: checks are plain callables returning None (ok) or a reason, evaluated on every
 request, so an answer is never stale; a check that raises counts as failed. The server runs in
@@ -20,6 +22,7 @@ scheduling state except through the callables it was given.
 from __future__ import annotations
 
 import threading
+import tracemalloc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -126,6 +129,8 @@ class HealthServer:
             self._reply(req, 200 if ok else 503, body.encode() + b"\n", "text/plain")
         elif path.startswith(EXPLAIN_PREFIX) and self._explain is not None:
             self._serve_explain(req, path[len(EXPLAIN_PREFIX) :], url.query)
+        elif path == "/debug/memory":
+            self._reply(req, *_memory_report(), "text/plain")
         elif path == "/metrics" and self._metrics is not None:
             try:
                 data = self._metrics()
@@ -164,3 +169,20 @@ class HealthServer:
         req.send_header("X-Content-Type-Options", "nosniff")
         req.end_headers()
         req.wfile.write(body)
+
+
+MEMORY_TOP = 30
+
+
+def _memory_report() -> tuple[int, bytes]:
+    """``/debug/memory``: the allocation sites holding the most memory now, when the process
+    traces allocations (``PYTHONTRACEMALLOC=1``; tracing costs CPU, so it is never on by
+    default); 404 saying how to turn it on otherwise."""
+    if not tracemalloc.is_tracing():
+        return 404, b"not tracing: start koord-scheduler with PYTHONTRACEMALLOC=1\n"
+    snapshot = tracemalloc.take_snapshot()
+    stats = snapshot.statistics("lineno")
+    current, peak = tracemalloc.get_traced_memory()
+    lines = [f"traced: {current / 2**20:.1f} MiB now, {peak / 2**20:.1f} MiB peak"]
+    lines += [str(stat) for stat in stats[:MEMORY_TOP]]
+    return 200, ("\n".join(lines) + "\n").encode()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tracemalloc
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -101,3 +102,20 @@ def test_debug_explain_route() -> None:
         assert get(plain, "/debug/explain/ns/p")[0] == 404
     finally:
         plain.stop()
+
+
+def test_debug_memory_lists_allocation_sites_only_while_tracing(
+    server: tuple[HealthServer, dict[str, str | None]],
+) -> None:
+    srv, _ = server
+    assert not tracemalloc.is_tracing()
+    code, _, body = get(srv, "/debug/memory")
+    assert code == 404 and "PYTHONTRACEMALLOC=1" in body
+    tracemalloc.start()
+    try:
+        held = [bytearray(1 << 20) for _ in range(4)]  # 4 MiB from one line
+        code, _, body = get(srv, "/debug/memory")
+    finally:
+        tracemalloc.stop()
+    assert code == 200 and body.startswith("traced: ")
+    assert "test_health.py" in body.splitlines()[1] and len(held) == 4
