@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from apis.quantity import Quantity, QuantityError
 
@@ -411,6 +411,46 @@ def _preemption_policy(value: Any) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# Sharing repeated parts of records
+
+T = TypeVar("T")
+V = TypeVar("V")
+_SHARED_MAX = 4096
+_shared_values: dict[Any, Any] = {}
+_shared_maps: dict[tuple[tuple[str, Any], ...], dict[str, Any]] = {}
+
+
+def _shared(value: T) -> T:
+    """One object per equal value for the small parts most pods repeat (the API server's
+    default tolerations, a Deployment's labels, a request shape): a scheduler holding 50,000
+    pods keeps a few of each instead of 50,000. Records are never mutated (the invariant every
+    consumer already keeps), so sharing is safe; the table is bounded and simply restarts."""
+    got = _shared_values.get(value)
+    if got is not None:
+        return cast(T, got)
+    if len(_shared_values) >= _SHARED_MAX:
+        _shared_values.clear()
+    _shared_values[value] = value
+    return value
+
+
+def _shared_map(m: dict[str, V]) -> dict[str, V]:
+    if not m:
+        return _EMPTY_MAP
+    key = tuple(m.items())
+    got = _shared_maps.get(key)
+    if got is not None:
+        return got
+    if len(_shared_maps) >= _SHARED_MAX:
+        _shared_maps.clear()
+    _shared_maps[key] = m
+    return m
+
+
+_EMPTY_MAP: dict[str, Any] = {}
+
+
+# ---------------------------------------------------------------------------------------------
 # Public decoders
 
 
@@ -432,8 +472,8 @@ def decode_pod(obj: Mapping[str, Any]) -> Pod:
         name=name,
         uid=_str(meta.get("uid"), "metadata.uid") or f"{namespace}/{name}",
         resource_version=_str(meta.get("resourceVersion"), "metadata.resourceVersion"),
-        labels=_str_map(meta.get("labels"), "metadata.labels"),
-        annotations=_str_map(meta.get("annotations"), "metadata.annotations"),
+        labels=_shared_map(_str_map(meta.get("labels"), "metadata.labels")),
+        annotations=_shared_map(_str_map(meta.get("annotations"), "metadata.annotations")),
         scheduler_name=_str(spec.get("schedulerName"), "spec.schedulerName", "default-scheduler")
         or "default-scheduler",
         node_name=_str(spec.get("nodeName"), "spec.nodeName"),
@@ -444,14 +484,16 @@ def decode_pod(obj: Mapping[str, Any]) -> Pod:
         preemption_policy=_preemption_policy(spec.get("preemptionPolicy")),
         nominated_node_name=_str(status.get("nominatedNodeName"), "status.nominatedNodeName"),
         start_time=str(status.get("startTime") or meta.get("creationTimestamp") or ""),
-        node_selector=_str_map(spec.get("nodeSelector"), "spec.nodeSelector"),
+        node_selector=_shared_map(_str_map(spec.get("nodeSelector"), "spec.nodeSelector")),
         node_affinity=_node_affinity(affinity, "spec.affinity"),
-        tolerations=tuple(
-            _toleration(t, f"spec.tolerations[{i}]")
-            for i, t in enumerate(_list(spec.get("tolerations"), "spec.tolerations"))
+        tolerations=_shared(
+            tuple(
+                _toleration(t, f"spec.tolerations[{i}]")
+                for i, t in enumerate(_list(spec.get("tolerations"), "spec.tolerations"))
+            )
         ),
-        requests={k: _to_int(k, v) for k, v in requests_exact.items()},
-        requests_exact=requests_exact,
+        requests=_shared_map({k: _to_int(k, v) for k, v in requests_exact.items()}),
+        requests_exact=_shared_map(requests_exact),
         non_zero_cpu=_to_int(CPU, non_zero.get(CPU, Fraction(0))),
         non_zero_memory=_to_int(MEMORY, non_zero.get(MEMORY, Fraction(0))),
         raw=obj,

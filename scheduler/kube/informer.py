@@ -243,12 +243,14 @@ class Informer:
         return query
 
     def _list_and_replace(self) -> None:
-        rv, objects = list_objects(self.rest, self.spec, self._page_size)
         records: dict[str, Record] = {}
-        for obj in objects:
+
+        def keep(obj: Mapping[str, Any]) -> None:
             record = self._decode(obj)
             if record is not None:
                 records[self.spec.key(record)] = record
+
+        rv, _ = list_objects(self.rest, self.spec, self._page_size, each=keep)
         self._replace(records)
         self._rv = rv
         self.relists += 1
@@ -387,9 +389,16 @@ class Informer:
 
 
 def list_objects(
-    rest: RestClient, spec: ResourceSpec, page_size: int = 500
+    rest: RestClient,
+    spec: ResourceSpec,
+    page_size: int = 500,
+    each: Callable[[Mapping[str, Any]], None] | None = None,
 ) -> tuple[str, list[Mapping[str, Any]]]:
-    """A complete list of ``spec``'s collection, in pages: (resourceVersion, raw objects)."""
+    """A complete list of ``spec``'s collection, in pages: (resourceVersion, raw objects).
+
+    With ``each``, every object is handed to it as its page arrives and none is kept (the
+    returned list is empty): a 50,000-pod list then never holds more than one page of raw
+    JSON objects at a time."""
     objects: list[Mapping[str, Any]] = []
     cont = ""
     while True:
@@ -399,7 +408,12 @@ def list_objects(
         if cont:
             query["continue"] = cont
         page = rest.request("GET", spec.path, query=query)
-        objects.extend(o for o in page.get("items") or () if isinstance(o, Mapping))
+        items = [o for o in page.get("items") or () if isinstance(o, Mapping)]
+        if each is None:
+            objects.extend(items)
+        else:
+            for obj in items:
+                each(obj)
         meta = page.get("metadata") or {}
         cont = str(meta.get("continue") or "")
         if not cont:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from apis.core import pod_requests
+from apis.core import decode_pod, pod_requests
 
 
 def container(requests: dict[str, str] | None = None, limits: dict[str, str] | None = None) -> Any:
@@ -49,3 +49,25 @@ def test_limits_stand_in_for_missing_requests(spec: Any, expected: dict[str, Fra
 def test_bad_limit_names_its_path() -> None:
     with pytest.raises(ValueError, match=r"spec.containers\[0\].resources.limits.cpu"):
         pod_requests({"containers": [container(limits={"cpu": "2x"})]})
+
+
+def test_pods_share_the_parts_they_repeat() -> None:
+    """50,000 pods of a few shapes keep a few request maps and toleration tuples, not 50,000
+    (records are never mutated, so sharing is invisible but to memory)."""
+    def obj(name: str) -> dict[str, Any]:
+        return {
+            "metadata": {"name": name, "labels": {"app": "web"}},
+            "spec": {
+                "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}],
+                "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists",
+                                 "effect": "NoExecute", "tolerationSeconds": 300}],
+            },
+        }
+
+    a, b = decode_pod(obj("a")), decode_pod(obj("b"))
+    assert a.tolerations is b.tolerations and a.requests is b.requests
+    assert a.requests_exact is b.requests_exact and a.labels is b.labels
+    other = obj("c")
+    other["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "2"
+    c = decode_pod(other)
+    assert c.requests == {"cpu": 2000} and a.requests == {"cpu": 1000}
