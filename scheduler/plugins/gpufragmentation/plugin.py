@@ -202,7 +202,7 @@ class GPUFragmentation:
         self._rows_key: tuple[int, ...] | None = None
         self._rows: IntArray = np.zeros(0, np.int64)
         self._access_key: tuple[int, ...] | None = None
-        self._access: B = np.zeros((0, 0), bool)
+        self._access: IntArray = np.zeros(0, np.int64)
         self._slot_rate: F64 = np.zeros(0, np.float64)
         self._tags: IntArray = np.zeros(1, np.int64)
         self._tags_version: IntArray = np.zeros(0, np.int64)
@@ -331,9 +331,10 @@ class GPUFragmentation:
             model = device.labels.get(LABEL_GPU_MODEL, "") if device is not None else ""
         return model
 
-    def _slot_access(self, snapshot: Snapshot, workload: Workload) -> B:
-        """Which shapes accept each snapshot slot's node (slots x shapes), cached with each
-        slot's ``cpu_per_gpu_of`` its model (``_slot_rate``)."""
+    def _slot_access(self, snapshot: Snapshot, workload: Workload) -> IntArray:
+        """Each snapshot slot's model ``kind`` in ``workload`` (which shapes accept its node,
+        ``Workload.kind``), cached with each slot's ``cpu_per_gpu_of`` its model
+        (``_slot_rate``)."""
         key = (
             id(snapshot),
             snapshot.node_generation,
@@ -343,14 +344,14 @@ class GPUFragmentation:
             self.estimator.generation,
         )
         if key != self._access_key:
-            access = np.zeros((snapshot.size, len(workload.shapes)), bool)
+            kinds = np.zeros(snapshot.size, np.int64)
             rate = np.zeros(snapshot.size, np.float64)
             for slot in range(snapshot.size):
                 info = snapshot.infos[slot]
                 model = self.model_of(info) if info is not None else ""
-                access[slot] = workload.access(model)
+                kinds[slot] = workload.kind(model)
                 rate[slot] = workload.cpu_per_gpu_of(model)
-            self._access, self._access_key, self._slot_rate = access, key, rate
+            self._access, self._access_key, self._slot_rate = kinds, key, rate
         return self._access
 
     # -- Score ------------------------------------------------------------------------------------
@@ -423,9 +424,9 @@ class GPUFragmentation:
         taken = np.zeros(n, np.int64)
         fits: B = np.zeros((n, share.shape[1]), bool)
         access = (
-            np.take(self._slot_access(snapshot, wl), slots, axis=0)
+            np.take(self._slot_access(snapshot, wl), slots)
             if strategy == FRAGMENTATION_GRADIENT
-            else np.zeros((n, len(wl.shapes)), bool)
+            else np.zeros(n, np.int64)
         )
         if gpu is None:
             if strategy == FRAGMENTATION_GRADIENT:
