@@ -9,6 +9,9 @@ Role: validate the ``pluginConfig`` args into a frozen ``GPUFragmentationArgs``:
       gradient:                         # how FragmentationGradient compares nodes
         quantization: Linear            # steps of `resolution` milli-GPU; Sigmoid: as published
         resolution: 100                 #   (FGD's int(100 * sigmoid(-gradient / 1000)))
+        strandedWeight: 1               # the stranded-GPU look-ahead (0: none)
+        strandedReach: false            # weight it by the share of GPU tasks that accept
+                                        #   the node's model
       tieBreak: [SmallestNode, FirstFit]  # then, in order: fewest GPU cards, the least GPU
                                         # left (Packing), the earliest node (FirstFit)
       targetWorkload:
@@ -76,7 +79,9 @@ MIN_RESOLUTION: Final = 1.0
 _ARG_KEYS: Final = frozenset(
     {"strategy", "randomSeed", "gradient", "tieBreak", "failFast", "targetWorkload"}
 )
-_GRADIENT_KEYS: Final = frozenset({"quantization", "resolution", "strandedWeight"})
+_GRADIENT_KEYS: Final = frozenset(
+    {"quantization", "resolution", "strandedWeight", "strandedReach"}
+)
 _WORKLOAD_KEYS: Final = frozenset({"shapes", "window", "seedWeight", "refreshEvery", "popularity"})
 _SHAPE_KEYS: Final = frozenset({"cpuMilli", "gpuMilli", "gpuCount", "weight", "models"})
 
@@ -91,6 +96,9 @@ class GPUFragmentationArgs:
     milli-GPU at the finest)."""
     stranded_weight: float = 0.0
     """Weight of the stranded-GPU look-ahead term (0: the paper's gradient alone)."""
+    stranded_reach: bool = False
+    """Scale each node's look-ahead term by the share of the workload's GPU tasks that accept
+    its model (``Workload.reach_of``; 1 everywhere without model constraints)."""
     tie_break: tuple[str, ...] = ()
     fail_fast: bool = True
     """PreFilter turns a pod away at once when no node has its cpu, memory and cards free."""
@@ -219,6 +227,7 @@ def parse_args(args: Mapping[str, Any]) -> GPUFragmentationArgs:
         ),
         resolution=resolution,
         stranded_weight=_nonneg(gradient.get("strandedWeight"), "gradient.strandedWeight"),
+        stranded_reach=_bool(gradient.get("strandedReach"), "gradient.strandedReach", False),
         tie_break=_tie_break(args.get("tieBreak")),
         fail_fast=_bool(args.get("failFast"), "failFast", True),
         workload=parse_workload(args.get("targetWorkload")),

@@ -211,6 +211,16 @@ class Workload:
             self._rate[model] = rate
         return rate
 
+    def reach_of(self, model: str) -> float:
+        """The share of the workload's GPU tasks (by popularity) that accept a node of
+        ``model``: 1 without model constraints, 0 without GPU tasks."""
+        gpu = reach = 0.0
+        for shape, p in zip(self.shapes, self.p.tolist(), strict=True):
+            if shape.needs_gpu:
+                gpu += p
+                reach += p if shape.accepts(model) else 0.0
+        return reach / gpu if gpu > 0 else 0.0
+
     def _cpu_per_gpu(self, admits: Callable[[PodShape], bool]) -> float:
         gpu = cpu = 0.0
         for shape, p in zip(self.shapes, self.p.tolist(), strict=True):

@@ -122,11 +122,14 @@ def primary_gradient(
     left: IntArray,
     cpu: IntArray,
     cpu_after: IntArray,
+    reach: F64 | None = None,
 ) -> IntArray:
     """The quantized gain ``-(F' - F + strandedWeight x stranded change)``; infeasible nodes
     (``after`` inf) get ``-PRIMARY_LIMIT``. ``rate``: per node, the millicores per milli-GPU
     that the GPU tasks able to run there ask for (``Workload.cpu_per_gpu_of`` its model; 0:
-    none can, and the node has no stranded-GPU term)."""
+    none can, and the node has no stranded-GPU term). ``reach``: per node, the share of GPU
+    tasks that accept its model (``Workload.reach_of``), scaling the term when
+    ``strandedReach`` is set."""
     delta = after - before
     weight = args.stranded_weight
     if weight > 0 and bool((rate > 0).any()):
@@ -134,7 +137,8 @@ def primary_gradient(
         safe = np.where(fed, rate, 1.0)
         stranded_before = np.maximum(total - cpu / safe, 0.0)
         stranded_after = np.maximum(left - cpu_after / safe, 0.0)
-        delta = delta + np.where(fed, weight * (stranded_after - stranded_before), 0.0)
+        scale = weight * reach if args.stranded_reach and reach is not None else weight
+        delta = delta + np.where(fed, scale * (stranded_after - stranded_before), 0.0)
     finite = np.isfinite(delta)
     gain = -np.where(finite, delta, 0.0)
     if args.quantization == SIGMOID:
@@ -259,5 +263,6 @@ def node_score(
             left,
             np.array([cpu_free], np.int64),
             np.array([cpu_after], np.int64),
+            np.array([workload.reach_of(model)]),
         )
     return int(with_ties(args.tie_break, primary, n_cards, left, slots)[0])

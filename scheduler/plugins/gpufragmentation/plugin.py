@@ -204,6 +204,7 @@ class GPUFragmentation:
         self._access_key: tuple[int, ...] | None = None
         self._access: IntArray = np.zeros(0, np.int64)
         self._slot_rate: F64 = np.zeros(0, np.float64)
+        self._slot_reach: F64 = np.zeros(0, np.float64)
         self._tags: IntArray = np.zeros(1, np.int64)
         self._tags_version: IntArray = np.zeros(0, np.int64)
 
@@ -333,8 +334,8 @@ class GPUFragmentation:
 
     def _slot_access(self, snapshot: Snapshot, workload: Workload) -> IntArray:
         """Each snapshot slot's model ``kind`` in ``workload`` (which shapes accept its node,
-        ``Workload.kind``), cached with each slot's ``cpu_per_gpu_of`` its model
-        (``_slot_rate``)."""
+        ``Workload.kind``), cached with each slot's ``cpu_per_gpu_of`` and ``reach_of`` its
+        model (``_slot_rate``, ``_slot_reach``)."""
         key = (
             id(snapshot),
             snapshot.node_generation,
@@ -346,12 +347,15 @@ class GPUFragmentation:
         if key != self._access_key:
             kinds = np.zeros(snapshot.size, np.int64)
             rate = np.zeros(snapshot.size, np.float64)
+            reach = np.zeros(snapshot.size, np.float64)
             for slot in range(snapshot.size):
                 info = snapshot.infos[slot]
                 model = self.model_of(info) if info is not None else ""
                 kinds[slot] = workload.kind(model)
                 rate[slot] = workload.cpu_per_gpu_of(model)
-            self._access, self._access_key, self._slot_rate = kinds, key, rate
+                reach[slot] = workload.reach_of(model)
+            self._access, self._access_key = kinds, key
+            self._slot_rate, self._slot_reach = rate, reach
         return self._access
 
     # -- Score ------------------------------------------------------------------------------------
@@ -506,7 +510,10 @@ class GPUFragmentation:
             assert strategy == FRAGMENTATION_GRADIENT
             before = wl.fragmentation(total, s, c, wl.weights(cpu, access))
             rate = np.take(self._slot_rate, slots)
-            primary = primary_gradient(self.args, rate, before, after, total, left, cpu, cpu_after)
+            reach = np.take(self._slot_reach, slots)
+            primary = primary_gradient(
+                self.args, rate, before, after, total, left, cpu, cpu_after, reach
+            )
         return with_ties(self.args.tie_break, primary, n_cards, left, slots), cols
 
     def _row_tags(self) -> IntArray:

@@ -238,3 +238,19 @@ def test_cpu_per_gpu_of_counts_only_tasks_that_can_run_there(
 def test_cpu_per_gpu_of_without_constraints_is_the_workload_rate_exactly() -> None:
     wl = Workload.of({SHARE: 2, WHOLE: 3, PAIR: 1, CPU_ONLY: 5})
     assert wl.cpu_per_gpu_of("T4") == wl.cpu_per_gpu_milli == wl.cpu_per_gpu_of("G2")
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        pytest.param("T4", 1.0, id="every-gpu-task"),
+        pytest.param("A10", 0.75, id="all-but-the-t4-only-task"),
+        pytest.param("", 0.75, id="no-model"),
+    ],
+)
+def test_reach_is_the_share_of_gpu_tasks_accepting_the_model(model: str, expected: float) -> None:
+    # GPU tasks: SHARE 3 + T4_ONLY 1 (CPU_ONLY does not count).
+    wl = Workload.of({SHARE: 3.0, T4_ONLY: 1.0, CPU_ONLY: 4.0})
+    assert wl.reach_of(model) == expected
+    assert Workload.of({SHARE: 1.0}).reach_of("A10") == 1.0
+    assert Workload.of({CPU_ONLY: 1.0}).reach_of("A10") == 0.0
