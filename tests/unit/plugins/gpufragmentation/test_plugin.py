@@ -251,6 +251,34 @@ def test_stranded_gpu_look_ahead_counts_only_tasks_that_can_run_there(
         h.close()
 
 
+@pytest.mark.parametrize(
+    ("reach", "expected_node"),
+    [
+        # Without the reach scaling both nodes strand 1,000 milli-GPU alike: the earlier one.
+        pytest.param(False, "nA", id="unscaled-tie"),
+        # Scaled: only half the GPU tasks can use nB's GPUs, so stranding them costs half.
+        pytest.param(True, "nB", id="scaled-by-reach"),
+    ],
+)
+def test_stranded_reach_scales_the_look_ahead_by_the_tasks_accepting_the_model(
+    reach: bool, expected_node: str
+) -> None:
+    nodes = [TraceNode("nA", 32_000, 65536, 2, "A"), TraceNode("nB", 32_000, 65536, 2, "B")]
+    gpu = {"cpuMilli": 16_000, "gpuMilli": 1000, "gpuCount": 1, "weight": 1}
+    h = Harness(
+        nodes,
+        gradient={"strandedWeight": 1, "strandedReach": reach},
+        tieBreak=["FirstFit"],
+        targetWorkload={
+            "shapes": [gpu, {**gpu, "models": ["A"]}, {"cpuMilli": 16_000, "weight": 1}]
+        },
+    )
+    try:
+        assert h.place(_pod("cpu", 0, cpu=16_000))[0] == expected_node
+    finally:
+        h.close()
+
+
 def test_random_is_seeded() -> None:
     nodes = [TraceNode(f"n{i}", 64000, 65536, 8, "T4") for i in range(4)]
     placements = []
