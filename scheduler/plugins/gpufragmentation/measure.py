@@ -221,6 +221,24 @@ class Workload:
                 reach += p if shape.accepts(model) else 0.0
         return reach / gpu if gpu > 0 else 0.0
 
+    def pinned_of(self, model: str) -> float:
+        """The share of the workload's GPU demand (popularity x GPUs asked) that is pinned to
+        some models (``models`` set) and may use a node of ``model``: 0 without model
+        constraints."""
+        gpu = pinned = 0.0
+        for shape, p in zip(self.shapes, self.p.tolist(), strict=True):
+            if shape.needs_gpu:
+                amount = p * shape.total_gpu_milli
+                gpu += amount
+                if shape.models and shape.accepts(model):
+                    pinned += amount
+        return pinned / gpu if gpu > 0 else 0.0
+
+    def kind_pinned(self) -> F64:
+        """``pinned_of`` each registered model kind, in kind order."""
+        out: F64 = np.array([self.pinned_of(m) for m in self._kinds], np.float64)
+        return out
+
     def _cpu_per_gpu(self, admits: Callable[[PodShape], bool]) -> float:
         gpu = cpu = 0.0
         for shape, p in zip(self.shapes, self.p.tolist(), strict=True):

@@ -332,6 +332,20 @@ class GPUFragmentation:
             model = device.labels.get(LABEL_GPU_MODEL, "") if device is not None else ""
         return model
 
+    def _pressure(self, snapshot: Snapshot, workload: Workload) -> F64:
+        """Per model kind: the share of GPU demand pinned to models that accept it over its
+        share of the cluster's free GPU now (0 where it has none free)."""
+        kinds = self._slot_access(snapshot, workload)
+        rows = self._slot_rows(snapshot)
+        cache = self._cache
+        crow = np.where(rows < self.ledger.n_rows, rows, cache.capacity)
+        pinned = workload.kind_pinned()
+        free = np.bincount(kinds, weights=np.take(cache.total, crow), minlength=len(pinned))
+        total = float(free.sum())
+        safe = np.where(free > 0, free, 1.0)
+        out: F64 = np.where(free > 0, pinned * total / safe, 0.0)
+        return out
+
     def _slot_access(self, snapshot: Snapshot, workload: Workload) -> IntArray:
         """Each snapshot slot's model ``kind`` in ``workload`` (which shapes accept its node,
         ``Workload.kind``), cached with each slot's ``cpu_per_gpu_of`` and ``reach_of`` its
@@ -368,6 +382,12 @@ class GPUFragmentation:
         tags = 0
         if self.args.strategy == CLUSTERING:
             tags = node_tags(self.ledger.holdings_on(node.name))
+        pressure = 0.0
+        if self.args.pinned_weight > 0 and self._snapshot is not None:
+            wl = self.workload()
+            kinds = self._slot_access(self._snapshot, wl)
+            if 0 <= node.slot < len(kinds):
+                pressure = float(self._pressure(self._snapshot, wl)[kinds[node.slot]])
         return node_score(
             self.args,
             self.estimator.current(),
@@ -377,6 +397,7 @@ class GPUFragmentation:
             cpu_free,
             node.slot,
             tags,
+            pressure,
         )
 
     def score_nodes(
@@ -511,8 +532,12 @@ class GPUFragmentation:
             before = wl.fragmentation(total, s, c, wl.weights(cpu, access))
             rate = np.take(self._slot_rate, slots)
             reach = np.take(self._slot_reach, slots)
+            pinned = None
+            if self.args.pinned_weight > 0:
+                pressure = np.take(self._pressure(snapshot, wl), access)
+                pinned = self.args.pinned_weight * taken * pressure
             primary = primary_gradient(
-                self.args, rate, before, after, total, left, cpu, cpu_after, reach
+                self.args, rate, before, after, total, left, cpu, cpu_after, reach, pinned
             )
         return with_ties(self.args.tie_break, primary, n_cards, left, slots), cols
 

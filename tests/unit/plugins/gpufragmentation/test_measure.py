@@ -254,3 +254,13 @@ def test_reach_is_the_share_of_gpu_tasks_accepting_the_model(model: str, expecte
     assert wl.reach_of(model) == expected
     assert Workload.of({SHARE: 1.0}).reach_of("A10") == 1.0
     assert Workload.of({CPU_ONLY: 1.0}).reach_of("A10") == 0.0
+
+
+def test_pinned_is_the_share_of_gpu_demand_pinned_to_models_that_accept_the_node() -> None:
+    # GPU demand: SHARE 3 x 500 = 1500 (unpinned), T4_ONLY 1 x 500 = 500 (pinned to T4).
+    wl = Workload.of({SHARE: 3.0, T4_ONLY: 1.0, CPU_ONLY: 4.0})
+    assert wl.pinned_of("T4") == 0.25
+    assert wl.pinned_of("A10") == 0.0
+    assert Workload.of({SHARE: 1.0}).pinned_of("T4") == 0.0
+    assert [wl.kind(m) for m in ("A10", "T4")] == [0, 1]
+    assert wl.kind_pinned().tolist() == [0.0, 0.25]

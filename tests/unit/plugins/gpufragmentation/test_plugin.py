@@ -279,6 +279,35 @@ def test_stranded_reach_scales_the_look_ahead_by_the_tasks_accepting_the_model(
         h.close()
 
 
+@pytest.mark.parametrize(
+    ("weight", "expected_node"),
+    [
+        # Off: both nodes' gradients are equal, the earlier one.
+        pytest.param(0, "nA", id="off"),
+        # On: a third of the GPU demand is pinned to each model, but A holds a third of the
+        # free GPUs and B two thirds: an unpinned pod is steered to B (pressure 1 vs 0.5).
+        pytest.param(1, "nB", id="steered-off-the-pinned-model"),
+    ],
+)
+def test_pinned_weight_keeps_unpinned_pods_off_the_models_pinned_demand_needs(
+    weight: float, expected_node: str
+) -> None:
+    nodes = [TraceNode("nA", 64_000, 65536, 2, "A"), TraceNode("nB", 64_000, 65536, 4, "B")]
+    gpu = {"cpuMilli": 1_000, "gpuMilli": 1000, "gpuCount": 1, "weight": 1}
+    h = Harness(
+        nodes,
+        gradient={"pinnedWeight": weight},
+        tieBreak=["FirstFit"],
+        targetWorkload={
+            "shapes": [gpu, {**gpu, "models": ["A"]}, {**gpu, "models": ["B"]}]
+        },
+    )
+    try:
+        assert h.place(_pod("free", 1000))[0] == expected_node
+    finally:
+        h.close()
+
+
 def test_random_is_seeded() -> None:
     nodes = [TraceNode(f"n{i}", 64000, 65536, 8, "T4") for i in range(4)]
     placements = []
