@@ -10,7 +10,11 @@ baselines as scoring strategies of the same plugin:
   minor; for ``k`` cards, the ``k`` fitting cards of lowest minor), plus ``strandedWeight`` x
   the change of the GPUs the node's cpu can no longer feed (``max(0, free GPU - free cpu /
   c)``, ``c`` the workload's cpu per GPU: a look-ahead past the next pod that the paper's
-  one-step measure lacks). It is compared in steps of ``resolution`` milli-GPU (``Linear``),
+  one-step measure lacks; ``strandedReach`` scales it by the share of GPU tasks accepting the
+  node's model), plus ``pinnedWeight`` x the milli-GPU the pod takes x its model's pressure
+  (the share of GPU demand pinned to models that accept it over the model's share of the
+  cluster's free GPU now, ``_pressure``; 0 without GPU-model constraints). It is compared in
+  steps of ``resolution`` milli-GPU (``Linear``),
   or as the paper's artifact does, ``int(100 * sigmoid(-gradient / 1000))`` (``Sigmoid``).
 - ``BestFit``: the node left with the least free cpu and GPU (each normalized to the largest
   node, 128 cores / 8 GPUs, weighted half and half); the fullest card that fits.
