@@ -308,6 +308,21 @@ def test_pinned_weight_keeps_unpinned_pods_off_the_models_pinned_demand_needs(
         h.close()
 
 
+def test_pinned_weight_changes_nothing_without_model_constraints() -> None:
+    nodes = [TraceNode(f"n{i}", 32_000 * (1 + i % 2), 65536, 2 + 2 * (i % 3), "T4")
+             for i in range(6)]
+    shares = [(250, 1), (500, 1), (1000, 1), (1000, 2)]
+    pods = [_pod(f"p{i}", *shares[i % 4], cpu=2000 + 1000 * (i % 5)) for i in range(14)]
+    placements = []
+    for weight in (0, 1):
+        h = Harness(nodes, gradient={"pinnedWeight": weight, "strandedWeight": 1})
+        try:
+            placements.append([h.place(p) for p in pods])
+        finally:
+            h.close()
+    assert placements[0] == placements[1]
+
+
 def test_random_is_seeded() -> None:
     nodes = [TraceNode(f"n{i}", 64000, 65536, 8, "T4") for i in range(4)]
     placements = []
