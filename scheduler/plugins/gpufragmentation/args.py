@@ -9,6 +9,11 @@ Role: validate the ``pluginConfig`` args into a frozen ``GPUFragmentationArgs``:
       gradient:                         # how FragmentationGradient compares nodes
         quantization: Linear            # steps of `resolution` milli-GPU; Sigmoid: as published
         resolution: 100                 #   (FGD's int(100 * sigmoid(-gradient / 1000)))
+        strandedWeight: 1               # the stranded-GPU look-ahead (0: none)
+        strandedReach: false            # weight it by the share of GPU tasks that accept
+                                        #   the node's model
+        pinnedWeight: 0                 # steer GPUs away from the models whose free GPUs
+                                        #   the model-pinned demand needs most (0: off)
       tieBreak: [SmallestNode, FirstFit]  # then, in order: fewest GPU cards, the least GPU
                                         # left (Packing), the earliest node (FirstFit)
       targetWorkload:
@@ -76,7 +81,9 @@ MIN_RESOLUTION: Final = 1.0
 _ARG_KEYS: Final = frozenset(
     {"strategy", "randomSeed", "gradient", "tieBreak", "failFast", "targetWorkload"}
 )
-_GRADIENT_KEYS: Final = frozenset({"quantization", "resolution", "strandedWeight"})
+_GRADIENT_KEYS: Final = frozenset(
+    {"quantization", "resolution", "strandedWeight", "strandedReach", "pinnedWeight"}
+)
 _WORKLOAD_KEYS: Final = frozenset({"shapes", "window", "seedWeight", "refreshEvery", "popularity"})
 _SHAPE_KEYS: Final = frozenset({"cpuMilli", "gpuMilli", "gpuCount", "weight", "models"})
 
@@ -91,6 +98,13 @@ class GPUFragmentationArgs:
     milli-GPU at the finest)."""
     stranded_weight: float = 0.0
     """Weight of the stranded-GPU look-ahead term (0: the paper's gradient alone)."""
+    pinned_weight: float = 0.0
+    """Weight of the pinned-demand term: ``pinnedWeight x taken x pressure`` where a model's
+    pressure is the share of GPU demand pinned to models that accept it over the model's
+    share of the cluster's free GPU (``Workload.pinned_of``; 0 without model constraints)."""
+    stranded_reach: bool = False
+    """Scale each node's look-ahead term by the share of the workload's GPU tasks that accept
+    its model (``Workload.reach_of``; 1 everywhere without model constraints)."""
     tie_break: tuple[str, ...] = ()
     fail_fast: bool = True
     """PreFilter turns a pod away at once when no node has its cpu, memory and cards free."""
@@ -219,6 +233,8 @@ def parse_args(args: Mapping[str, Any]) -> GPUFragmentationArgs:
         ),
         resolution=resolution,
         stranded_weight=_nonneg(gradient.get("strandedWeight"), "gradient.strandedWeight"),
+        pinned_weight=_nonneg(gradient.get("pinnedWeight"), "gradient.pinnedWeight"),
+        stranded_reach=_bool(gradient.get("strandedReach"), "gradient.strandedReach", False),
         tie_break=_tie_break(args.get("tieBreak")),
         fail_fast=_bool(args.get("failFast"), "failFast", True),
         workload=parse_workload(args.get("targetWorkload")),

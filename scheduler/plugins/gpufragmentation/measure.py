@@ -154,6 +154,9 @@ class Workload:
     onehot: F64 = field(init=False)
     _access: dict[str, B] = field(init=False, default_factory=dict)
     _rate: dict[str, float] = field(init=False, default_factory=dict)
+    _kinds: dict[str, int] = field(init=False, default_factory=dict)
+    _thresholds: I64 = field(init=False)
+    _tables: F64 = field(init=False)
 
     def __post_init__(self) -> None:
         scale = float(1 << P_BITS)
@@ -172,6 +175,9 @@ class Workload:
         self.onehot = onehot
         self._access = {}
         self._rate = {}
+        self._kinds = {}
+        self._thresholds = np.unique(self.cpu)
+        self._tables = np.zeros((0, len(self._thresholds) + 1, q), np.float64)
 
     @classmethod
     def of(cls, shapes: Mapping[PodShape, float] | Iterable[tuple[PodShape, float]]) -> Workload:
@@ -205,6 +211,34 @@ class Workload:
             self._rate[model] = rate
         return rate
 
+    def reach_of(self, model: str) -> float:
+        """The share of the workload's GPU tasks (by popularity) that accept a node of
+        ``model``: 1 without model constraints, 0 without GPU tasks."""
+        gpu = reach = 0.0
+        for shape, p in zip(self.shapes, self.p.tolist(), strict=True):
+            if shape.needs_gpu:
+                gpu += p
+                reach += p if shape.accepts(model) else 0.0
+        return reach / gpu if gpu > 0 else 0.0
+
+    def pinned_of(self, model: str) -> float:
+        """The share of the workload's GPU demand (popularity x GPUs asked) that is pinned to
+        some models (``models`` set) and may use a node of ``model``: 0 without model
+        constraints."""
+        gpu = pinned = 0.0
+        for shape, p in zip(self.shapes, self.p.tolist(), strict=True):
+            if shape.needs_gpu:
+                amount = p * shape.total_gpu_milli
+                gpu += amount
+                if shape.models and shape.accepts(model):
+                    pinned += amount
+        return pinned / gpu if gpu > 0 else 0.0
+
+    def kind_pinned(self) -> F64:
+        """``pinned_of`` each registered model kind, in kind order."""
+        out: F64 = np.array([self.pinned_of(m) for m in self._kinds], np.float64)
+        return out
+
     def _cpu_per_gpu(self, admits: Callable[[PodShape], bool]) -> float:
         gpu = cpu = 0.0
         for shape, p in zip(self.shapes, self.p.tolist(), strict=True):
@@ -226,6 +260,28 @@ class Workload:
             self._access[model] = mask
         return mask
 
+    def kind(self, model: str) -> int:
+        """A small integer naming ``model``'s access pattern, for ``weights`` (registered on
+        first use; a node without GPUs has model "")."""
+        k = self._kinds.get(model)
+        if k is None:
+            k = len(self._kinds)
+            self._kinds[model] = k
+            self._tables = np.concatenate([self._tables, self._table(model)[None]])
+        return k
+
+    def _table(self, model: str) -> F64:
+        """``W`` for a node of ``model`` at each cpu level: row ``u`` holds the popularity of
+        the shapes asking for at most ``_thresholds[u - 1]`` millicores that accept ``model``
+        (row 0: none), per group. Every entry is a sum of multiples of ``2**-P_BITS`` below 1,
+        so it is exact: the same values as ``ok @ onehot`` in any order of addition."""
+        table = np.zeros((len(self._thresholds) + 1, self.n_groups), np.float64)
+        start = np.searchsorted(self._thresholds, self.cpu, side="left") + 1
+        contrib = self.onehot * self.access(model)[:, None]
+        np.add.at(table, start, contrib)
+        out: F64 = np.cumsum(table, axis=0)
+        return out
+
     def sums(self, free: I64) -> tuple[I64, I64]:
         """``S`` and ``C`` per node and group for card frees ``free`` (nodes x cards)."""
         ge = free[:, :, None] >= self.groups.g
@@ -233,9 +289,15 @@ class Workload:
         c: I64 = ge.sum(axis=1)
         return s, c
 
-    def weights(self, cpu_free: I64, access: B) -> F64:
+    def weights(self, cpu_free: I64, access: B | I64) -> F64:
         """``W`` per node and group: the popularity of the shapes that the node's cpu and
-        model admit (nodes x groups)."""
+        model admit (nodes x groups). ``access``: which shapes accept each node (nodes x
+        shapes), or each node's model ``kind`` (a lookup in a per-kind table by cpu level:
+        the same values, without the nodes x shapes pass)."""
+        if access.ndim == 1:
+            level = np.searchsorted(self._thresholds, cpu_free, side="right")
+            looked: F64 = self._tables[access, level]
+            return looked
         ok = (cpu_free[:, None] >= self.cpu) & access
         w: F64 = ok.astype(np.float64) @ self.onehot
         return w
@@ -246,7 +308,7 @@ class Workload:
         out: F64 = total - (w * usable).sum(axis=-1)
         return out
 
-    def node_values(self, cpu_free: I64, free: I64, access: B) -> F64:
+    def node_values(self, cpu_free: I64, free: I64, access: B | I64) -> F64:
         """``F_n(M)`` of each node (``access``: nodes x shapes)."""
         s, c = self.sums(free)
         return self.fragmentation(free.sum(axis=1), s, c, self.weights(cpu_free, access))
@@ -254,7 +316,7 @@ class Workload:
     # -- what a placement would leave -------------------------------------------------------------
 
     def after_shared(
-        self, cpu_after: I64, free: I64, total: I64, s: I64, c: I64, access: B, g: int
+        self, cpu_after: I64, free: I64, total: I64, s: I64, c: I64, access: B | I64, g: int
     ) -> F64:
         """``F_n'(M)`` after taking ``g`` milli from each card in turn (nodes x cards); ``inf``
         where the card has less than ``g`` free. ``cpu_after`` is the node's cpu afterwards."""
@@ -269,24 +331,34 @@ class Workload:
         total: I64,
         s: I64,
         c: I64,
-        access: B,
+        access: B | I64,
     ) -> F64:
         """``F_n'(M)`` if the pod goes on each card in turn (nodes x cards): card ``j`` is left
-        with ``after[:, j]`` instead of ``free[:, j]``; ``inf`` where ``fits`` is False."""
+        with ``after[:, j]`` instead of ``free[:, j]``; ``inf`` where ``fits`` is False. Only
+        the fitting cards are evaluated, and the cards of a node that are alike (the same free
+        and the same left, e.g. its idle cards) once: the value depends on nothing else."""
+        out: F64 = np.full(free.shape, np.inf)
+        node, col = np.nonzero(fits)
+        if len(node) == 0:
+            return out
+        before = free[node, col]
+        left = after[node, col]
+        span = int(max(before.max(), left.max(), 0)) + 1
+        key = (node * span + before) * span + left
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        node, before, left = node[first], before[first], left[first]
         gq = self.groups.g
-        before = free[:, :, None]
-        left = after[:, :, None]
-        ge_b = before >= gq
-        ge_a = left >= gq
-        s2 = s[:, None, :] + np.where(ge_a, left, 0) - np.where(ge_b, before, 0)
-        c2 = c[:, None, :] + ge_a.astype(np.int64) - ge_b
-        w = self.weights(cpu_after, access)[:, None, :]
-        out = self.fragmentation(total[:, None] - (free - after), s2, c2, w)
-        out[~fits] = np.inf
+        ge_b = before[:, None] >= gq
+        ge_a = left[:, None] >= gq
+        s2 = s[node] + np.where(ge_a, left[:, None], 0) - np.where(ge_b, before[:, None], 0)
+        c2 = c[node] + ge_a.astype(np.int64) - ge_b
+        w = self.weights(cpu_after[node], access[node])
+        values = self.fragmentation(total[node] - (before - left), s2, c2, w)
+        out[fits] = values[inverse.reshape(-1)]
         return out
 
     def after_whole(
-        self, cpu_after: I64, full: I64, total: I64, s: I64, c: I64, access: B, k: int
+        self, cpu_after: I64, full: I64, total: I64, s: I64, c: I64, access: B | I64, k: int
     ) -> F64:
         """``F_n'(M)`` after taking ``k`` idle cards (``inf`` where fewer than ``k`` are idle).
         Which idle cards does not matter: each counts in every group."""

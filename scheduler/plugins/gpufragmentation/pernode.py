@@ -122,19 +122,27 @@ def primary_gradient(
     left: IntArray,
     cpu: IntArray,
     cpu_after: IntArray,
+    reach: F64 | None = None,
+    pinned: F64 | None = None,
 ) -> IntArray:
     """The quantized gain ``-(F' - F + strandedWeight x stranded change)``; infeasible nodes
     (``after`` inf) get ``-PRIMARY_LIMIT``. ``rate``: per node, the millicores per milli-GPU
     that the GPU tasks able to run there ask for (``Workload.cpu_per_gpu_of`` its model; 0:
-    none can, and the node has no stranded-GPU term)."""
+    none can, and the node has no stranded-GPU term). ``reach``: per node, the share of GPU
+    tasks that accept its model (``Workload.reach_of``), scaling the term when
+    ``strandedReach`` is set. ``pinned``: per node, ``pinnedWeight x taken x pressure`` of
+    its model (0 when off), added as is."""
     delta = after - before
+    if pinned is not None:
+        delta = delta + pinned
     weight = args.stranded_weight
     if weight > 0 and bool((rate > 0).any()):
         fed = rate > 0
         safe = np.where(fed, rate, 1.0)
         stranded_before = np.maximum(total - cpu / safe, 0.0)
         stranded_after = np.maximum(left - cpu_after / safe, 0.0)
-        delta = delta + np.where(fed, weight * (stranded_after - stranded_before), 0.0)
+        scale = weight * reach if args.stranded_reach and reach is not None else weight
+        delta = delta + np.where(fed, scale * (stranded_after - stranded_before), 0.0)
     finite = np.isfinite(delta)
     gain = -np.where(finite, delta, 0.0)
     if args.quantization == SIGMOID:
@@ -190,9 +198,11 @@ def node_score(
     cpu_free: int,
     slot: int,
     tags: int = 0,
+    pressure: float = 0.0,
 ) -> int:
     """The raw score of one node (``cards``: its GPUs, by minor) for ``pod``; ``tags``: the
-    GPUClustering tag bit set of the pods holding the node's cards."""
+    GPUClustering tag bit set of the pods holding the node's cards; ``pressure``: the
+    pinned-demand pressure of its model (``pinnedWeight``), computed by the caller."""
     if not pod.valid:
         return 0
     shares = [card_share(c.total, c.free) for c in cards]
@@ -259,5 +269,7 @@ def node_score(
             left,
             np.array([cpu_free], np.int64),
             np.array([cpu_after], np.int64),
+            np.array([workload.reach_of(model)]),
+            np.array([args.pinned_weight * taken * pressure]) if args.pinned_weight > 0 else None,
         )
     return int(with_ties(args.tie_break, primary, n_cards, left, slots)[0])

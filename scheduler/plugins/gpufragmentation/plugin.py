@@ -10,7 +10,11 @@ baselines as scoring strategies of the same plugin:
   minor; for ``k`` cards, the ``k`` fitting cards of lowest minor), plus ``strandedWeight`` x
   the change of the GPUs the node's cpu can no longer feed (``max(0, free GPU - free cpu /
   c)``, ``c`` the workload's cpu per GPU: a look-ahead past the next pod that the paper's
-  one-step measure lacks). It is compared in steps of ``resolution`` milli-GPU (``Linear``),
+  one-step measure lacks; ``strandedReach`` scales it by the share of GPU tasks accepting the
+  node's model), plus ``pinnedWeight`` x the milli-GPU the pod takes x its model's pressure
+  (the share of GPU demand pinned to models that accept it over the model's share of the
+  cluster's free GPU now, ``_pressure``; 0 without GPU-model constraints). It is compared in
+  steps of ``resolution`` milli-GPU (``Linear``),
   or as the paper's artifact does, ``int(100 * sigmoid(-gradient / 1000))`` (``Sigmoid``).
 - ``BestFit``: the node left with the least free cpu and GPU (each normalized to the largest
   node, 128 cores / 8 GPUs, weighted half and half); the fullest card that fits.
@@ -202,8 +206,9 @@ class GPUFragmentation:
         self._rows_key: tuple[int, ...] | None = None
         self._rows: IntArray = np.zeros(0, np.int64)
         self._access_key: tuple[int, ...] | None = None
-        self._access: B = np.zeros((0, 0), bool)
+        self._access: IntArray = np.zeros(0, np.int64)
         self._slot_rate: F64 = np.zeros(0, np.float64)
+        self._slot_reach: F64 = np.zeros(0, np.float64)
         self._tags: IntArray = np.zeros(1, np.int64)
         self._tags_version: IntArray = np.zeros(0, np.int64)
 
@@ -331,9 +336,24 @@ class GPUFragmentation:
             model = device.labels.get(LABEL_GPU_MODEL, "") if device is not None else ""
         return model
 
-    def _slot_access(self, snapshot: Snapshot, workload: Workload) -> B:
-        """Which shapes accept each snapshot slot's node (slots x shapes), cached with each
-        slot's ``cpu_per_gpu_of`` its model (``_slot_rate``)."""
+    def _pressure(self, snapshot: Snapshot, workload: Workload) -> F64:
+        """Per model kind: the share of GPU demand pinned to models that accept it over its
+        share of the cluster's free GPU now (0 where it has none free)."""
+        kinds = self._slot_access(snapshot, workload)
+        rows = self._slot_rows(snapshot)
+        cache = self._cache
+        crow = np.where(rows < self.ledger.n_rows, rows, cache.capacity)
+        pinned = workload.kind_pinned()
+        free = np.bincount(kinds, weights=np.take(cache.total, crow), minlength=len(pinned))
+        total = float(free.sum())
+        safe = np.where(free > 0, free, 1.0)
+        out: F64 = np.where(free > 0, pinned * total / safe, 0.0)
+        return out
+
+    def _slot_access(self, snapshot: Snapshot, workload: Workload) -> IntArray:
+        """Each snapshot slot's model ``kind`` in ``workload`` (which shapes accept its node,
+        ``Workload.kind``), cached with each slot's ``cpu_per_gpu_of`` and ``reach_of`` its
+        model (``_slot_rate``, ``_slot_reach``)."""
         key = (
             id(snapshot),
             snapshot.node_generation,
@@ -343,14 +363,17 @@ class GPUFragmentation:
             self.estimator.generation,
         )
         if key != self._access_key:
-            access = np.zeros((snapshot.size, len(workload.shapes)), bool)
+            kinds = np.zeros(snapshot.size, np.int64)
             rate = np.zeros(snapshot.size, np.float64)
+            reach = np.zeros(snapshot.size, np.float64)
             for slot in range(snapshot.size):
                 info = snapshot.infos[slot]
                 model = self.model_of(info) if info is not None else ""
-                access[slot] = workload.access(model)
+                kinds[slot] = workload.kind(model)
                 rate[slot] = workload.cpu_per_gpu_of(model)
-            self._access, self._access_key, self._slot_rate = access, key, rate
+                reach[slot] = workload.reach_of(model)
+            self._access, self._access_key = kinds, key
+            self._slot_rate, self._slot_reach = rate, reach
         return self._access
 
     # -- Score ------------------------------------------------------------------------------------
@@ -363,6 +386,12 @@ class GPUFragmentation:
         tags = 0
         if self.args.strategy == CLUSTERING:
             tags = node_tags(self.ledger.holdings_on(node.name))
+        pressure = 0.0
+        if self.args.pinned_weight > 0 and self._snapshot is not None:
+            wl = self.workload()
+            kinds = self._slot_access(self._snapshot, wl)
+            if 0 <= node.slot < len(kinds):
+                pressure = float(self._pressure(self._snapshot, wl)[kinds[node.slot]])
         return node_score(
             self.args,
             self.estimator.current(),
@@ -372,6 +401,7 @@ class GPUFragmentation:
             cpu_free,
             node.slot,
             tags,
+            pressure,
         )
 
     def score_nodes(
@@ -423,9 +453,9 @@ class GPUFragmentation:
         taken = np.zeros(n, np.int64)
         fits: B = np.zeros((n, share.shape[1]), bool)
         access = (
-            np.take(self._slot_access(snapshot, wl), slots, axis=0)
+            np.take(self._slot_access(snapshot, wl), slots)
             if strategy == FRAGMENTATION_GRADIENT
-            else np.zeros((n, len(wl.shapes)), bool)
+            else np.zeros(n, np.int64)
         )
         if gpu is None:
             if strategy == FRAGMENTATION_GRADIENT:
@@ -505,7 +535,14 @@ class GPUFragmentation:
             assert strategy == FRAGMENTATION_GRADIENT
             before = wl.fragmentation(total, s, c, wl.weights(cpu, access))
             rate = np.take(self._slot_rate, slots)
-            primary = primary_gradient(self.args, rate, before, after, total, left, cpu, cpu_after)
+            reach = np.take(self._slot_reach, slots)
+            pinned = None
+            if self.args.pinned_weight > 0:
+                pressure = np.take(self._pressure(snapshot, wl), access)
+                pinned = self.args.pinned_weight * taken * pressure
+            primary = primary_gradient(
+                self.args, rate, before, after, total, left, cpu, cpu_after, reach, pinned
+            )
         return with_ties(self.args.tie_break, primary, n_cards, left, slots), cols
 
     def _row_tags(self) -> IntArray:

@@ -386,6 +386,8 @@ def test_gpufragmentation_batch_score_equals_per_node_score(data: st.DataObject)
                 "quantization": data.draw(st.sampled_from(["Linear", "Sigmoid"])),
                 "resolution": data.draw(st.sampled_from([1, 10, 100])),
                 "strandedWeight": data.draw(st.sampled_from([0, 1, 0.5])),
+                "strandedReach": data.draw(st.booleans()),
+                "pinnedWeight": data.draw(st.sampled_from([0, 1, 2.5])),
             },
             "tieBreak": data.draw(
                 st.lists(

@@ -27,7 +27,8 @@ def test_every_field() -> None:
         {
             "strategy": "BestFit",
             "randomSeed": 7,
-            "gradient": {"quantization": "Sigmoid", "resolution": 50, "strandedWeight": 0.5},
+            "gradient": {"quantization": "Sigmoid", "resolution": 50, "strandedWeight": 0.5,
+                         "strandedReach": True, "pinnedWeight": 2},
             "tieBreak": ["SmallestNode", "FirstFit"],
             "failFast": False,
             "targetWorkload": {
@@ -44,7 +45,8 @@ def test_every_field() -> None:
         }
     )
     assert (args.strategy, args.random_seed, args.quantization) == ("BestFit", 7, "Sigmoid")
-    assert (args.resolution, args.stranded_weight) == (50, 0.5)
+    assert (args.resolution, args.stranded_weight, args.stranded_reach) == (50, 0.5, True)
+    assert args.pinned_weight == 2
     assert args.tie_break == ("SmallestNode", "FirstFit") and not args.fail_fast
     wl = args.workload
     assert (wl.window, wl.seed_weight, wl.refresh_every, wl.popularity) == (500, 20, 10, 1)

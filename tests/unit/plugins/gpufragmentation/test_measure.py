@@ -113,6 +113,57 @@ def test_after_shared_equals_placing_on_each_card(g: int) -> None:
             assert after[i, j] == pytest.approx(ref)
 
 
+@pytest.mark.parametrize("seed", [4, 5, 6], ids=lambda s: f"seed{s}")
+def test_weights_by_model_kind_equal_the_shape_mask_exactly(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    cpu, _, models = _random_nodes(rng, 80)
+    cpu = cpu - 8000  # a placement's cpu_after can be negative
+    cpu[:4] = [0, 2000, 4000, 12_000]  # exactly at a shape's cpu
+    wl = Workload.of(SHAPES)
+    mask = np.array([wl.access(m) for m in [*models, ""]])
+    kinds = np.array([wl.kind(m) for m in [*models, ""]], np.int64)
+    cpu = np.append(cpu, 64_000)
+    assert np.array_equal(wl.weights(cpu, kinds), wl.weights(cpu, mask))
+    assert wl.kind(models[0]) == kinds[0]  # registered once
+
+
+def test_after_cards_evaluates_alike_cards_once_with_the_same_values() -> None:
+    # Idle cards, equal partly used cards and cards that do not fit, on nodes of two models.
+    free = np.array(
+        [[1000, 1000, 1000, 500, 500, 300, 0, 0], [1000, 810, 810, 810, 1000, 100, 1000, 0]],
+        np.int64,
+    )
+    cpu = np.array([20_000, 9_000], np.int64)
+    models = ["T4", "G2"]
+    wl = Workload.of(SHAPES)
+    kinds = np.array([wl.kind(m) for m in models], np.int64)
+    mask = np.array([wl.access(m) for m in models])
+    s, c = wl.sums(free)
+    for g in (100, 500):
+        by_kind = wl.after_shared(cpu - 3000, free, free.sum(axis=1), s, c, kinds, g)
+        by_mask = wl.after_shared(cpu - 3000, free, free.sum(axis=1), s, c, mask, g)
+        assert np.array_equal(by_kind, by_mask)
+        for i in range(2):
+            for j in range(8):
+                if free[i, j] < g:
+                    assert by_kind[i, j] == np.inf
+                    continue
+                cards = free[i].copy()
+                cards[j] -= g
+                ref = node_fragmentation(int(cpu[i]) - 3000, cards.tolist(), models[i],
+                                         wl.as_mapping())
+                assert by_kind[i, j] == ref
+
+
+def test_after_cards_with_no_fitting_card_is_all_inf() -> None:
+    wl = Workload.of(SHAPES)
+    free = np.array([[100, 0]], np.int64)
+    s, c = wl.sums(free)
+    kinds = np.array([wl.kind("T4")], np.int64)
+    got = wl.after_shared(np.array([1000]), free, free.sum(axis=1), s, c, kinds, 500)
+    assert np.all(got == np.inf)
+
+
 @pytest.mark.parametrize("k", [1, 2, 8], ids=lambda k: f"whole{k}")
 def test_after_whole_equals_taking_idle_cards(k: int) -> None:
     rng = np.random.default_rng(k)
@@ -187,3 +238,29 @@ def test_cpu_per_gpu_of_counts_only_tasks_that_can_run_there(
 def test_cpu_per_gpu_of_without_constraints_is_the_workload_rate_exactly() -> None:
     wl = Workload.of({SHARE: 2, WHOLE: 3, PAIR: 1, CPU_ONLY: 5})
     assert wl.cpu_per_gpu_of("T4") == wl.cpu_per_gpu_milli == wl.cpu_per_gpu_of("G2")
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        pytest.param("T4", 1.0, id="every-gpu-task"),
+        pytest.param("A10", 0.75, id="all-but-the-t4-only-task"),
+        pytest.param("", 0.75, id="no-model"),
+    ],
+)
+def test_reach_is_the_share_of_gpu_tasks_accepting_the_model(model: str, expected: float) -> None:
+    # GPU tasks: SHARE 3 + T4_ONLY 1 (CPU_ONLY does not count).
+    wl = Workload.of({SHARE: 3.0, T4_ONLY: 1.0, CPU_ONLY: 4.0})
+    assert wl.reach_of(model) == expected
+    assert Workload.of({SHARE: 1.0}).reach_of("A10") == 1.0
+    assert Workload.of({CPU_ONLY: 1.0}).reach_of("A10") == 0.0
+
+
+def test_pinned_is_the_share_of_gpu_demand_pinned_to_models_that_accept_the_node() -> None:
+    # GPU demand: SHARE 3 x 500 = 1500 (unpinned), T4_ONLY 1 x 500 = 500 (pinned to T4).
+    wl = Workload.of({SHARE: 3.0, T4_ONLY: 1.0, CPU_ONLY: 4.0})
+    assert wl.pinned_of("T4") == 0.25
+    assert wl.pinned_of("A10") == 0.0
+    assert Workload.of({SHARE: 1.0}).pinned_of("T4") == 0.0
+    assert [wl.kind(m) for m in ("A10", "T4")] == [0, 1]
+    assert wl.kind_pinned().tolist() == [0.0, 0.25]

@@ -251,6 +251,78 @@ def test_stranded_gpu_look_ahead_counts_only_tasks_that_can_run_there(
         h.close()
 
 
+@pytest.mark.parametrize(
+    ("reach", "expected_node"),
+    [
+        # Without the reach scaling both nodes strand 1,000 milli-GPU alike: the earlier one.
+        pytest.param(False, "nA", id="unscaled-tie"),
+        # Scaled: only half the GPU tasks can use nB's GPUs, so stranding them costs half.
+        pytest.param(True, "nB", id="scaled-by-reach"),
+    ],
+)
+def test_stranded_reach_scales_the_look_ahead_by_the_tasks_accepting_the_model(
+    reach: bool, expected_node: str
+) -> None:
+    nodes = [TraceNode("nA", 32_000, 65536, 2, "A"), TraceNode("nB", 32_000, 65536, 2, "B")]
+    gpu = {"cpuMilli": 16_000, "gpuMilli": 1000, "gpuCount": 1, "weight": 1}
+    h = Harness(
+        nodes,
+        gradient={"strandedWeight": 1, "strandedReach": reach},
+        tieBreak=["FirstFit"],
+        targetWorkload={
+            "shapes": [gpu, {**gpu, "models": ["A"]}, {"cpuMilli": 16_000, "weight": 1}]
+        },
+    )
+    try:
+        assert h.place(_pod("cpu", 0, cpu=16_000))[0] == expected_node
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize(
+    ("weight", "expected_node"),
+    [
+        # Off: both nodes' gradients are equal, the earlier one.
+        pytest.param(0, "nA", id="off"),
+        # On: a third of the GPU demand is pinned to each model, but A holds a third of the
+        # free GPUs and B two thirds: an unpinned pod is steered to B (pressure 1 vs 0.5).
+        pytest.param(1, "nB", id="steered-off-the-pinned-model"),
+    ],
+)
+def test_pinned_weight_keeps_unpinned_pods_off_the_models_pinned_demand_needs(
+    weight: float, expected_node: str
+) -> None:
+    nodes = [TraceNode("nA", 64_000, 65536, 2, "A"), TraceNode("nB", 64_000, 65536, 4, "B")]
+    gpu = {"cpuMilli": 1_000, "gpuMilli": 1000, "gpuCount": 1, "weight": 1}
+    h = Harness(
+        nodes,
+        gradient={"pinnedWeight": weight},
+        tieBreak=["FirstFit"],
+        targetWorkload={
+            "shapes": [gpu, {**gpu, "models": ["A"]}, {**gpu, "models": ["B"]}]
+        },
+    )
+    try:
+        assert h.place(_pod("free", 1000))[0] == expected_node
+    finally:
+        h.close()
+
+
+def test_pinned_weight_changes_nothing_without_model_constraints() -> None:
+    nodes = [TraceNode(f"n{i}", 32_000 * (1 + i % 2), 65536, 2 + 2 * (i % 3), "T4")
+             for i in range(6)]
+    shares = [(250, 1), (500, 1), (1000, 1), (1000, 2)]
+    pods = [_pod(f"p{i}", *shares[i % 4], cpu=2000 + 1000 * (i % 5)) for i in range(14)]
+    placements = []
+    for weight in (0, 1):
+        h = Harness(nodes, gradient={"pinnedWeight": weight, "strandedWeight": 1})
+        try:
+            placements.append([h.place(p) for p in pods])
+        finally:
+            h.close()
+    assert placements[0] == placements[1]
+
+
 def test_random_is_seeded() -> None:
     nodes = [TraceNode(f"n{i}", 64000, 65536, 8, "T4") for i in range(4)]
     placements = []
