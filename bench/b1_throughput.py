@@ -172,6 +172,9 @@ class AttemptRecorder:
     def scheduled(self, attempts: int, sli_seconds: float) -> None:
         pass
 
+    def preemption(self, victims: int | None) -> None:
+        pass
+
 
 def build(nodes: int, mix: str, seed: int) -> tuple[InMemoryCluster, Scheduler, AttemptRecorder]:
     cluster = InMemoryCluster()
