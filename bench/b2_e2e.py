@@ -295,6 +295,8 @@ def start_scheduler(
             f"--config={koord_config(workdir, args.percentage)}",
             "--leader-elect=false", "--bind-address=127.0.0.1", f"--port={port}",
             f"--kube-api-qps={args.qps}", f"--kube-api-burst={args.burst}",
+            # Go kube-scheduler's events share its client QPS: the same budget for ours.
+            f"--event-qps={args.qps}", f"--event-burst={args.burst}",
             "--log-level=warning",
         ]  # fmt: skip
     else:
