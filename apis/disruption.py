@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from apis.core import DecodeError, Pod
+# The same field readers as every v1 decoder of apis.core.
+from apis.core import DecodeError, Pod, _mapping, _str
 from apis.hints import LabelSelector, LabelSelectorRequirement
 
 __all__ = ["PodDisruptionBudget", "decode_pdb"]
@@ -48,22 +49,6 @@ class PodDisruptionBudget:
         if not selector.match_labels and not selector.match_expressions:
             return False
         return selector.matches(pod.labels)
-
-
-def _mapping(value: Any, path: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise DecodeError(path, f"expected a mapping, got {type(value).__name__}")
-    return value
-
-
-def _str(value: Any, path: str) -> str:
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise DecodeError(path, f"expected a string, got {type(value).__name__}")
-    return value
 
 
 def _selector(value: Any, path: str) -> LabelSelector | None:
