@@ -48,7 +48,14 @@ from scheduler.config import (
     num_feasible_nodes_to_find,
 )
 from scheduler.framework.cycle_state import CycleState
-from scheduler.framework.events import POD_GROUP_KIND, Action, Change, ClusterEvent, Resource
+from scheduler.framework.events import (
+    ASSIGNED_POD_DELETE,
+    POD_GROUP_KIND,
+    Action,
+    Change,
+    ClusterEvent,
+    Resource,
+)
 from scheduler.framework.interfaces import BindError, Clock, Handle, PluginFactory, QueuedPodInfo
 from scheduler.framework.nominator import Nominator
 from scheduler.framework.runtime import Framework, FrameworkError, Observer
@@ -791,6 +798,9 @@ class Scheduler:
         if deferred is not None and outcome.resolution != "unknown":
             for handler in self._event_handlers:
                 handler(deferred)
+            # The delete moved the waiting pods when it arrived, while the ledger still held
+            # the cards; they are free only now, so move them again.
+            self.queue.move_all_to_active_or_backoff(ASSIGNED_POD_DELETE)
 
     def _finish_binding_outcome(self, outcome: _BindOutcome) -> None:
         self._in_flight -= 1
@@ -829,6 +839,11 @@ class Scheduler:
         uid_deleted = assumed.uid in self._deleted_while_binding
         fwk.run_unreserve(outcome.state, assumed, assumed.node_name)
         self.cache.forget_pod(assumed)
+        if resolution != "rejected" or uid_deleted:
+            # Forgetting an assumed pod frees what it held, like an assigned pod's delete: the
+            # pods it turned away are retried now, not at the unschedulable pool's flush (the
+            # pod itself is requeued below, after the move, so it does not move with them).
+            self.queue.move_all_to_active_or_backoff(ASSIGNED_POD_DELETE)
         self.observer.attempt(
             "unschedulable" if resolution == "rejected" else "error", fwk.name, seconds
         )
@@ -849,6 +864,9 @@ class Scheduler:
             # A Permit plugin rejected the waiting pod (or its wait timed out): a verdict, so
             # the pod waits for an event that plugin registered, like any unschedulable pod.
             self._fail_status(fwk, qpi, status, self.queue.scheduling_cycle)
+            # After the verdict, as kube-scheduler defers it: the others it turned away move,
+            # the rejected pod stays in the pool for its own plugin's event.
+            self.queue.move_all_to_active_or_backoff(ASSIGNED_POD_DELETE, except_key=qpi.key)
             return
         message = f"Binding rejected: {status.message}"
         self.failures[assumed.key] = message
@@ -865,6 +883,7 @@ class Scheduler:
         elif resolution != "unknown":  # unknown: keep the reservation, the informer settles it
             outcome.framework.run_unreserve(outcome.state, assumed, assumed.node_name)
             self.cache.forget_pod(assumed)
+            self.queue.move_all_to_active_or_backoff(ASSIGNED_POD_DELETE)
         message = "" if outcome.status is None else outcome.status.message
         outcome.placed.set_result(Placement(resolution, message))
 

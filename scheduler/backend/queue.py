@@ -450,10 +450,13 @@ class SchedulingQueue:
 
     # -- cluster events --------------------------------------------------------------------------
 
-    def move_all_to_active_or_backoff(self, event: ClusterEvent) -> None:
-        """Move the pool's pods that ``event`` may help (see module doc); records the move
-        request cycle even when no pod moves."""
-        self._move(self._unschedulable.rejected_by(self._interested_plugins(event)), event)
+    def move_all_to_active_or_backoff(self, event: ClusterEvent, *, except_key: str = "") -> None:
+        """Move the pool's pods that ``event`` may help (see module doc), all but
+        ``except_key``; records the move request cycle even when no pod moves."""
+        pods = self._unschedulable.rejected_by(self._interested_plugins(event))
+        if except_key:
+            pods = [qpi for qpi in pods if qpi.key != except_key]
+        self._move(pods, event)
 
     def assigned_pod_added(self, pod: Pod) -> None:
         self.move_all_to_active_or_backoff(ASSIGNED_POD_ADD)

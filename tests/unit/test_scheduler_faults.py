@@ -374,3 +374,64 @@ def test_a_stale_bind_that_lands_on_a_same_name_successor_never_overcommits() ->
         assert truth.pods["default/web-0"].node_name == "g0"  # the stale bind landed
         assert not truth.pods["default/z"].node_name
     assert_no_card_overcommitted(truth)
+
+
+# -- a failed binding cycle frees room: the pods it blocked are retried at once ------------------
+
+
+def test_a_bind_that_fails_for_a_deleted_pod_wakes_the_pods_its_card_turned_away() -> None:
+    """a's bind is on the wire when a is deleted (churn); b, turned away meanwhile because a's
+    card was still reserved, must be retried as soon as the bind's outcome frees the card — not
+    after the unschedulable pool's 5-minute flush (chaos seed 1397707095: two pods that fit
+    waited 300 s). kube-scheduler treats a forgotten assumed pod as an AssignedPodDelete."""
+    truth, clock = gpu_node_truth(), SimulatedClock()
+    adv = AdversarialCluster(truth)
+    adv.gate = threading.Event()
+    with scheduler_on(adv, clock) as sched:
+        truth.apply_pod(gpu_pod("a", uid="uid-a"))
+        adv.deliver_all()
+        assert sched.schedule_one()  # a assumed on the only card, its bind on the wire
+        truth.apply_pod(gpu_pod("b", uid="uid-b"))
+        adv.deliver_all()
+        assert sched.schedule_one()  # b: no room
+        truth.delete_pod("default/a")
+        adv.deliver_all()  # the delete moves b, but a's card waits for the bind's outcome
+        clock.advance(20)
+        while sched.schedule_one():
+            pass  # b turned away again: the card may still be taken by a's bind
+        assert truth.pods["default/b"].node_name == ""
+        adv.gate.set()  # a's bind answers 404: the card is free now
+        sched.run_until_idle()
+        clock.advance(20)  # past any backoff, far short of the 300 s flush
+        sched.run_until_idle()
+        assert truth.pods["default/b"].node_name == "g0"
+    assert_no_card_overcommitted(truth)
+
+
+def test_a_bind_that_fails_moves_the_unschedulable_pods() -> None:
+    """A certain bind failure (500) releases the pod's card: the pods waiting in the
+    unschedulable pool leave it (as kube-scheduler's handleBindingCycleError moves them)."""
+    truth, clock = gpu_node_truth(), SimulatedClock()
+    adv = AdversarialCluster(truth)
+    adv.gate = threading.Event()
+    adv.bind_plan.append("500")
+    with scheduler_on(adv, clock) as sched:
+        truth.apply_pod(gpu_pod("a"))
+        adv.deliver_all()
+        assert sched.schedule_one()  # a assumed, its bind on the wire
+        truth.apply_pod(gpu_pod("b"))
+        adv.deliver_all()
+        assert sched.schedule_one()  # b: no room
+        assert sched.queue.pending_counts()["unschedulable"] == 1
+        adv.gate.set()
+        sched.run_until_idle()  # a's bind fails: a backs off, b must leave the pool
+        assert sched.queue.pending_counts()["unschedulable"] == 0
+        clock.advance(20)
+        sched.run_until_idle()
+        adv.deliver_all()
+        sched.run_until_idle()
+        assert sorted(bool(truth.pods[k].node_name) for k in ("default/a", "default/b")) == [
+            False,
+            True,
+        ]
+    assert_no_card_overcommitted(truth)
