@@ -265,7 +265,9 @@ class Scheduler:
         self._deleted_while_binding: set[str] = set()
         """Of those, the ones whose pod was deleted meanwhile (read by the bind workers)."""
         self._deferred: dict[str, Change] = {}
-        self._successors: dict[str, Pod] = {}
+        self._read_back: dict[str, Pod] = {}
+        """UID → the pod of that name found bound when a bind's outcome was read back (bind
+        workers write it before the outcome is queued): applied before the reservation goes."""
         self.preemptions: deque[Preemption] = deque(maxlen=PREEMPTIONS_KEPT)
         """The latest preemptions carried out (the simulator's report)."""
         self.failures: dict[str, str] = {}
@@ -754,11 +756,17 @@ class Scheduler:
                     return "unknown"
                 pause = min(RESOLVE_BACKOFF[1], pause * 2)
                 continue
+            if current is not None and current.node_name:
+                # Bound: by our bind, by a stale bind of ours that landed on a same-name
+                # successor (v1.20 binds by name), or by someone else's. Whichever, the cards
+                # its annotation names are taken now: the ledger learns them before our
+                # reservation goes, as the watch may bring the pod much later.
+                self._read_back[assumed.uid] = current
+                same = current.uid == assumed.uid and current.node_name == assumed.node_name
+                return "bound" if same else "gone"
             if current is None or current.uid != assumed.uid:
                 return "gone"
-            if not current.node_name:
-                return "failed"
-            return "bound" if current.node_name == assumed.node_name else "gone"
+            return "failed"
 
     def _where_it_landed(self, assumed: Pod) -> str:
         """A 201 for a pod deleted while its bind was in flight (worker thread): "successor"
@@ -775,19 +783,19 @@ class Scheduler:
                 pause = min(RESOLVE_BACKOFF[1], pause * 2)
                 continue
             if current is not None and current.uid != assumed.uid and current.node_name:
-                self._successors[assumed.uid] = current
+                self._read_back[assumed.uid] = current
                 return "successor"
             return "bound"
 
     def _finish_binding(self, outcome: _BindOutcome) -> None:
         uid = outcome.assumed.uid
         self._binding.discard(uid)
-        successor = self._successors.pop(uid, None)
+        read_back = self._read_back.pop(uid, None)
+        if read_back is not None:
+            change = Change("Pod", None, read_back)
+            for handler in self._event_handlers:
+                handler(change)  # what the cluster shows bound under that name holds its cards
         if outcome.resolution == "successor":
-            if successor is not None:
-                change = Change("Pod", None, successor)
-                for handler in self._event_handlers:
-                    handler(change)  # the successor holds the allocation the bind gave it
             landed = Status(
                 Code.ERROR, (f"the binding landed on a re-created pod {outcome.assumed.key}",)
             )

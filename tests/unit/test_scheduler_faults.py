@@ -435,3 +435,35 @@ def test_a_bind_that_fails_moves_the_unschedulable_pods() -> None:
             True,
         ]
     assert_no_card_overcommitted(truth)
+
+
+def test_an_unanswered_stale_bind_that_landed_on_a_successor_never_overcommits() -> None:
+    """As above, but uid-1's bind gets no answer (the connection reset after the write landed):
+    reading web-0 back finds uid-2 bound with uid-1's card. That card must pass to uid-2 at
+    once, not be released while uid-2's bound event is still on its way (z would take it)."""
+    truth, clock = gpu_node_truth(cards=1), SimulatedClock()
+    adv = AdversarialCluster(truth)
+    adv.ignore_binding_uid = True
+    adv.gate = threading.Event()
+    adv.bind_plan.append("lost")
+    with scheduler_on(adv, clock, bind_workers=1) as sched:
+        truth.apply_pod(gpu_pod("web-0", uid="uid-1"))
+        adv.deliver_all()
+        assert sched.schedule_one()  # uid-1 assumed on the only card, its bind on the wire
+        truth.apply_pod(gpu_pod("z", uid="uid-z"))  # z: ahead of uid-2 in the queue
+        adv.deliver_all()
+        assert sched.schedule_one()  # z: no room
+        truth.delete_pod("default/web-0")
+        truth.apply_pod(gpu_pod("web-0", uid="uid-2"))
+        adv.deliver_all()
+        while sched.schedule_one():
+            pass
+        adv.gate.set()
+        sched.run_until_idle()  # uid-1's outcome; uid-2's bound event not delivered yet
+        clock.advance(20)
+        sched.run_until_idle()  # z retried: the card must not look free
+        adv.deliver_all()
+        sched.run_until_idle()
+        assert truth.pods["default/web-0"].node_name == "g0"  # the stale bind landed
+        assert not truth.pods["default/z"].node_name
+    assert_no_card_overcommitted(truth)
