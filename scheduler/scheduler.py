@@ -304,6 +304,7 @@ class Scheduler:
         return future
 
     def _apply(self, change: Change) -> None:
+        never_sent = False
         if change.kind == "Node":
             self.cache.apply(change)
             if change.action is Action.ADD:
@@ -313,28 +314,31 @@ class Scheduler:
             else:
                 self.queue.node_deleted(change.old)
         elif change.kind == "Pod":
-            self._reject_if_waiting(change)
+            never_sent = self._reject_if_waiting(change)
             self._apply_pod(change.old, change.new)
         elif change.kind == "Device":
             self.queue.device_changed(change.action)
         elif change.kind == POD_GROUP_KIND:
             event = ClusterEvent(Resource.POD_GROUP, change.action)
             self.queue.move_all_to_active_or_backoff(event)  # gangs waiting for their PodGroup
-        forward = self._defer_if_binding(change)
+        forward = change if never_sent else self._defer_if_binding(change)
         if forward is not _NOTHING:
             for handler in self._event_handlers:
                 handler(forward)
 
-    def _reject_if_waiting(self, change: Change) -> None:
+    def _reject_if_waiting(self, change: Change) -> bool:
         """A pod deleted (or re-created) while it waits at Permit is rejected at once, as
         kube-scheduler's RejectWaitingPod on delete: its binding cycle ends now, so its
-        reservation and its deferred delete are settled without waiting for a timeout."""
+        reservation is settled without waiting for a timeout. True when the pod's wait is
+        rejected: its bind will never be sent, so its delete reaches the plugins at once (a
+        gang must not count a deleted member as waiting)."""
         old, new = change.old, change.new
         if old is None or (new is not None and new.uid == old.uid):
-            return
+            return False
         waiting = self.waiting_pods.get(old.uid)
-        if waiting is not None:
-            waiting.reject("", f"pod {old.key} was deleted while waiting on Permit")
+        if waiting is None:
+            return False
+        return waiting.reject("", f"pod {old.key} was deleted while waiting on Permit")
 
     def _defer_if_binding(self, change: Change) -> Change:
         """A pod whose bind is in flight leaves the device ledger only after the bind's outcome:

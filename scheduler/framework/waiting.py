@@ -48,11 +48,14 @@ class WaitingPod:
                 self._result = None
                 self._decided.set()
 
-    def reject(self, plugin: str, message: str) -> None:
+    def reject(self, plugin: str, message: str) -> bool:
+        """Reject the pod unless it was decided already; True when it is (now) rejected, so
+        its binding cycle will certainly not bind it."""
         with self._lock:
             if not self._decided.is_set():
                 self._result = Status(Code.UNSCHEDULABLE, (message,), plugin=plugin)
                 self._decided.set()
+            return self._result is not None
 
     def wait(self) -> Status | None:
         """Block until allowed, rejected, or the earliest plugin timeout (then rejected)."""

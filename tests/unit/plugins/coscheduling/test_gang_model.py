@@ -236,3 +236,39 @@ GangsOnCards.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 test_gangs_on_cards = GangsOnCards.TestCase
+
+
+def test_a_member_deleted_while_waiting_at_permit_does_not_complete_its_gang() -> None:
+    """The example the state machine found (shrunk, replayed step by step with the invariants
+    checked after each, as hypothesis does): b-1 waits at Permit for its gang (2 of 2) and is
+    deleted; b-0 then reaches Permit. The delete must reach Coscheduling at once (b-1's wait is
+    rejected, so its bind can never be sent) and b-0 must wait instead of being let through
+    with a gang of one. Before, that delete was held back like the delete of a pod whose bind
+    is on the wire, and b-0 was bound alone."""
+    s = GangsOnCards()
+    steps: list[tuple[str, dict[str, Any]]] = [
+        *[("time_passes_beyond_the_waiting_time", {})] * 5,
+        ("delete_pod", {"name": "a-0"}),
+        ("create_member", {"name": "loose-1", "size": 50}),
+        ("time_passes_beyond_the_waiting_time", {}),
+        ("create_member", {"name": "b-1", "size": 50}),
+        ("time_passes_beyond_the_waiting_time", {}),
+        ("schedule", {"n": 2}),
+        *[("time_passes_beyond_the_waiting_time", {})] * 4,
+        ("create_member", {"name": "loose-0", "size": 50}),
+        *[("time_passes_beyond_the_waiting_time", {})] * 3,
+        ("create_member", {"name": "b-0", "size": 50}),
+        *[("time_passes_beyond_the_waiting_time", {})] * 8,
+        ("schedule", {"n": 3}),  # b-1 waits at Permit for a second member
+        ("delete_pod", {"name": "b-1"}),
+        ("schedule", {"n": 1}),  # b-0 reaches Permit
+        ("time_passes_beyond_the_waiting_time", {}),
+    ]
+    try:
+        for rule_name, kwargs in steps:
+            getattr(s, rule_name)(**kwargs)
+            s.a_marked_pod_is_never_bound_afterwards()
+            s.a_strict_gang_is_never_partly_bound()
+            s.no_card_over_its_capacity()
+    finally:
+        s.teardown()
