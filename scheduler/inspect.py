@@ -216,6 +216,7 @@ def _charge_checkpoints(
 ) -> None:
     """The GPUs kubelet-allocated pods hold (``devices-checkpoints``): whole, with the pod."""
     by_uid = {p.uid: p for p in pods if p.uid}
+    gpus: dict[str, list[CardUsage]] | None = None  # by node, built at the first annotation
     for device in devices:
         raw = device.annotations.get(ANNOTATION_DEVICES_CHECKPOINTS)
         if raw is None:
@@ -234,8 +235,13 @@ def _charge_checkpoints(
                 names = holders.setdefault(device_id, [])
                 if who not in names:
                     names.append(who)
-        for (node, device_type, _), card in sorted(cards.items()):
-            if node != device.name or device_type != "gpu" or card.uuid not in holders:
+        if gpus is None:
+            gpus = {}
+            for card in cards.values():
+                if card.device_type == "gpu":
+                    gpus.setdefault(card.node, []).append(card)
+        for card in gpus.get(device.name, ()):
+            if card.uuid not in holders:
                 continue
             for name, value in card.capacity.items():
                 card.allocated[name] = card.allocated.get(name, 0) + value
