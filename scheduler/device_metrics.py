@@ -20,7 +20,8 @@ Invariants:
   informer keeps the old record when a relist brings the same resourceVersion, so identity
   is the finer key), and a decoded annotation while a pod of the last scrape carried the same
   text. Both caches hold only what the last scrape saw: deleted or replaced Devices and gone
-  annotation texts are dropped at the next scrape.
+  annotation texts are dropped at the next scrape. Equal capacities share one dict and its
+  text (a table emptied at 4,096 shapes); value and resource texts are memoized (bounded).
 - Never raises: a failing source or account yields no samples (the families still appear).
 - One scrape computes at a time (a lock); the families it yields are the caller's alone.
 """
