@@ -3,12 +3,17 @@
 Role: the one place that turns Device CRs and pods' ``device-allocated`` annotations into a
 per-card account (capacity, allocated amounts, pods) and renders the per-node, per-GPU table.
 Three users share it: the simulator's report, ``koord-scheduler inspect`` (live cluster or
-files) and the device metrics collector.
+files) and the device metrics collector. ``card_usage`` is ``device_cards`` (the uncharged
+cards of one Device CR) then ``account_cards`` (charge pods and checkpoints); the metrics
+collector calls the two itself so that it can keep the uncharged cards of an unchanged Device
+between scrapes.
 
 Invariants:
 
 - Pure: imports only ``apis`` and PyYAML (``load_objects``); no scheduler state is read, so
   the table shows what the node agent would enforce, not the scheduler's internal ledger.
+- ``CardUsage.capacity`` is read-only (the metrics collector gives one dict to all the cards
+  that declare the same capacity).
 - Only bound, non-terminal pods count. An unhealthy card keeps its capacity and its users
   and is marked ``UNHEALTHY``.
 - A bad annotation never raises: the pod is listed as ``<ns/name><invalid annotation>`` on
@@ -48,10 +53,13 @@ from apis.resources import (
 __all__ = [
     "INVALID",
     "KUBELET",
+    "CardKey",
     "CardUsage",
     "InspectError",
+    "account_cards",
     "card_usage",
     "cards_table",
+    "device_cards",
     "gpu_summary",
     "load_objects",
     "render_inspect",
@@ -106,41 +114,50 @@ def _int(q: Quantity | int | None) -> int:
 
 
 Decoder = Callable[[str], Mapping[str, Sequence[Any]]]
+CardKey = tuple[str, str, int]
+"""(node, device type, minor): one card of the cluster."""
 
 
-def card_usage(
-    nodes: Mapping[str, Node],
-    devices: Iterable[Device],
+def device_cards(device: Device, model: str = "") -> list[CardUsage]:
+    """The cards of one Device CR in spec order, nothing charged: every device with a minor
+    and a type (``model`` is given to the GPUs)."""
+    return [
+        CardUsage(
+            node=device.name,
+            device_type=d.type,
+            minor=d.minor,
+            uuid=d.id,
+            model=model if d.type == "gpu" else "",
+            healthy=d.health,
+            capacity={name: _int(q) for name, q in d.resources.items()},
+        )
+        for d in device.devices
+        if d.minor is not None and d.type
+    ]
+
+
+def account_cards(
+    uncharged: Iterable[tuple[Device, Iterable[CardUsage]]],
     pods: Iterable[Pod],
     *,
     decode: Decoder = decode_allocations,
     errors: list[Pod] | None = None,
     checkpoint_errors: list[str] | None = None,
-) -> list[CardUsage]:
-    """Every device with a minor of every Device CR, sorted by (node, type, minor)."""
-    cards: dict[tuple[str, str, int], CardUsage] = {}
+) -> dict[CardKey, CardUsage]:
+    """Charge the uncharged cards of each Device (given in name order) with the bound pods'
+    annotations and the kubelet checkpoints; the cards by key, unsorted. A later card with
+    the key of an earlier one replaces it."""
+    cards: dict[CardKey, CardUsage] = {}
     first_card: dict[str, CardUsage] = {}
+    devices: list[Device] = []
+    for device, own in uncharged:
+        devices.append(device)
+        for card in own:
+            cards[(card.node, card.device_type, card.minor)] = card
+            prev = first_card.get(card.node)
+            if prev is None or (prev.device_type != "gpu" and card.device_type == "gpu"):
+                first_card[card.node] = card
     pods = list(pods)
-    devices = sorted(devices, key=lambda d: d.name)
-    for device in devices:
-        node = nodes.get(device.name)
-        model = node.labels.get(LABEL_GPU_MODEL, "") if node is not None else ""
-        for d in device.devices:
-            if d.minor is None or not d.type:
-                continue
-            card = CardUsage(
-                node=device.name,
-                device_type=d.type,
-                minor=d.minor,
-                uuid=d.id,
-                model=model if d.type == "gpu" else "",
-                healthy=d.health,
-                capacity={name: _int(q) for name, q in d.resources.items()},
-            )
-            cards[(device.name, d.type, d.minor)] = card
-            prev = first_card.get(device.name)
-            if prev is None or (prev.device_type != "gpu" and d.type == "gpu"):
-                first_card[device.name] = card
     for pod in pods:
         if not pod.node_name or pod.terminal:
             continue
@@ -163,17 +180,43 @@ def card_usage(
                     _charge(used, alloc.resources)
                     used.pods.append(pod.key)
     _charge_checkpoints(cards, devices, pods, checkpoint_errors)
+    return cards
+
+
+def card_usage(
+    nodes: Mapping[str, Node],
+    devices: Iterable[Device],
+    pods: Iterable[Pod],
+    *,
+    decode: Decoder = decode_allocations,
+    errors: list[Pod] | None = None,
+    checkpoint_errors: list[str] | None = None,
+) -> list[CardUsage]:
+    """Every device with a minor of every Device CR, sorted by (node, type, minor)."""
+
+    def model(device: Device) -> str:
+        node = nodes.get(device.name)
+        return node.labels.get(LABEL_GPU_MODEL, "") if node is not None else ""
+
+    cards = account_cards(
+        [(d, device_cards(d, model(d))) for d in sorted(devices, key=lambda d: d.name)],
+        pods,
+        decode=decode,
+        errors=errors,
+        checkpoint_errors=checkpoint_errors,
+    )
     return [cards[k] for k in sorted(cards)]
 
 
 def _charge_checkpoints(
-    cards: Mapping[tuple[str, str, int], CardUsage],
+    cards: Mapping[CardKey, CardUsage],
     devices: Iterable[Device],
     pods: Iterable[Pod],
     errors: list[str] | None,
 ) -> None:
     """The GPUs kubelet-allocated pods hold (``devices-checkpoints``): whole, with the pod."""
     by_uid = {p.uid: p for p in pods if p.uid}
+    gpus: dict[str, list[CardUsage]] | None = None  # by node, built at the first annotation
     for device in devices:
         raw = device.annotations.get(ANNOTATION_DEVICES_CHECKPOINTS)
         if raw is None:
@@ -192,8 +235,13 @@ def _charge_checkpoints(
                 names = holders.setdefault(device_id, [])
                 if who not in names:
                     names.append(who)
-        for (node, device_type, _), card in sorted(cards.items()):
-            if node != device.name or device_type != "gpu" or card.uuid not in holders:
+        if gpus is None:
+            gpus = {}
+            for card in cards.values():
+                if card.device_type == "gpu":
+                    gpus.setdefault(card.node, []).append(card)
+        for card in gpus.get(device.name, ()):
+            if card.uuid not in holders:
                 continue
             for name, value in card.capacity.items():
                 card.allocated[name] = card.allocated.get(name, 0) + value

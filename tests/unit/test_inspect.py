@@ -153,6 +153,19 @@ def test_checkpoint_cards_show_as_held_with_the_pod(
             assert c.pods == [] and not any(c.allocated.values())
 
 
+def test_checkpoint_holds_only_its_own_nodes_cards() -> None:
+    twin = device("n2")  # n2's cards carry n1's ids: only n1's annotation names them
+    twin["spec"] = device("n1")["spec"]
+    devs = [
+        Device.from_dict(twin),
+        Device.from_dict(_with_checkpoint(device("n1"), ("u-x", ("GPU-n1-1",)))),
+    ]
+    cards = card_usage({}, devs, [])
+    held = [(c.node, c.minor) for c in cards if c.pods]
+    assert held == [("n1", 1)]
+    assert [c.pods for c in cards if c.node == "n2"] == [[], []]
+
+
 def test_render_shows_kubelet_held_cards() -> None:
     dev = Device.from_dict(_with_checkpoint(device("n1"), ("u-train", ("GPU-n1-0",))))
     out = render_inspect({"n1": decode_node(node("n1"))}, [dev],
