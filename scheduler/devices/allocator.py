@@ -2,12 +2,12 @@
 
 Role: Koordinator's ``AutopilotAllocator`` (``device_allocator.go``, ``allocator_gpu.go``,
 ``devicehandler_*.go``) for one node (``allocate``, the reference semantics used by the
-per-node Filter and by Reserve), its whole-cluster feasibility (``feasible_rows``, used by
-the batch Filter for requests without hints or joint rules), and the same per-card fit as
-matrices (``card_fits`` / ``card_taken``: which cards of many nodes can give a request and
-what each would
-take; ``card_left``: what would be left of each) for front ends that rank cards themselves
-(GPUFragmentation).
+per-node Filter and by Reserve; ``allocate_plain``, the same answer read straight from the
+ledger's row for the common request, Reserve's fast path), its whole-cluster feasibility
+(``feasible_rows``, used by the batch Filter for requests without hints or joint rules), and
+the same per-card fit as matrices (``card_fits`` / ``card_taken``: which cards of many nodes
+can give a request and what each would take; ``card_left``: what would be left of each) for
+front ends that rank cards themselves (GPUFragmentation).
 
 Per requested device type (gpu, rdma, fpga in that order):
 
@@ -32,7 +32,8 @@ type preferring cards on the primary's PCIe switches (at least one per switch wi
 ``SamePCIe``), and with ``SamePCIe`` the switch sets must be equal, else Unschedulable
 ``node(s) Device Joint-Allocate rules violation``.
 
-Invariants: ``allocate`` is deterministic and never mutates anything; ``card_taken`` is True
+Invariants: ``allocate`` is deterministic and never mutates anything; ``allocate_plain``
+returns exactly what ``allocate`` over ``node_view`` would, or None; ``card_taken`` is True
 exactly where ``card_amounts`` is not None, with the same amounts; ``feasible_rows`` is True
 for a row exactly when ``allocate`` succeeds on that node for ``request.vectorizable``
 requests on nodes outside ``ledger.honor_rows``, and whenever it succeeds otherwise (a
@@ -64,6 +65,7 @@ from scheduler.devices.request import (
 from scheduler.devices.scoring import Scorer
 from scheduler.devices.topology import (
     CardView,
+    NodeMeta,
     NodeView,
     choose_scoped,
     choose_whole,
@@ -75,6 +77,7 @@ __all__ = [
     "ERR_JOINT_VIOLATION",
     "ERR_TOPOLOGY_SCOPED",
     "allocate",
+    "allocate_plain",
     "card_amounts",
     "card_fits",
     "card_left",
@@ -240,6 +243,106 @@ def allocate(view: NodeView, request: DeviceRequest, scorer: Scorer) -> list[Car
             return got
         uses.extend(got)
     return uses
+
+
+_GPU_NAMES: Final = RESOURCES_BY_TYPE[DEVICE_GPU]
+_GPU_BY_NAME: Final = tuple(sorted(range(len(_GPU_NAMES)), key=lambda i: _GPU_NAMES[i]))
+"""The GPU resource indexes in the order of their names (``CardUse.resources`` order)."""
+
+
+def plain_gpu_request(request: DeviceRequest, meta: NodeMeta) -> TypeRequest | None:
+    """The request's one GPU ``TypeRequest`` when ``allocate`` on a node with ``meta`` ends
+    in ``sorted(cands, key=order)[:count]`` with nothing preferred: GPUs only, no joint rule,
+    no gpushare units, a GPU hint (if any) without selector or topology scope, and either
+    shared cards or one whole card on a node (and pod) without partitions; else None."""
+    if len(request.types) != 1 or request.joint_types or request.gpushare_units:
+        return None
+    treq = request.types[0]
+    if treq.device_type != DEVICE_GPU or treq.count <= 0:
+        return None
+    hint = request.hints.get(DEVICE_GPU)
+    if hint is not None and (
+        hint.selector is not None or hint.required_topology_scope not in ("", SCOPE_NODE)
+    ):
+        return None
+    if not treq.shared and (treq.count > 1 or uses_partitions(meta, request.partition)):
+        return None
+    return treq
+
+
+def allocate_plain(
+    ledger: NodeDeviceLedger, node: str, request: DeviceRequest, scorer: Scorer
+) -> list[CardUse] | Status | None:
+    """``allocate(ledger.node_view(node, request.device_types), request, scorer)`` read
+    straight from the node's ledger row (no ``CardView``), for the requests
+    ``plain_gpu_request`` accepts; None for the others (the caller runs ``allocate``).
+
+    The same result: the candidates are the existing, healthy cards that ``card_amounts``
+    accepts (the same completion), ranked by ``(-scorer.card_score, minor)`` (the same
+    formula, ``Scorer.amounts_score``), the first ``count`` taken; the same Status when there
+    is no card (``Insufficient gpu devices``, unresolvable) or too few candidates
+    (unschedulable). Property-tested against ``allocate`` (tests/unit/devices)."""
+    treq = plain_gpu_request(request, ledger.node_meta(node))
+    if treq is None:
+        return None
+    row = ledger.row_of(node)
+    minors = ledger.minors(node, DEVICE_GPU)
+    if row is None or not minors:
+        return unresolvable(insufficient(DEVICE_GPU))
+    n = len(minors)
+    tbl = ledger.table(DEVICE_GPU)
+    exists = tbl.exists[row, :n].tolist()
+    if not any(exists):
+        return unresolvable(insufficient(DEVICE_GPU))
+    healthy = tbl.healthy[row, :n].tolist()
+    totals = tbl.total[:, row, :n].T.tolist()
+    frees = tbl.free[:, row, :n].T.tolist()
+    per, requested = treq.per_device, treq.requested
+    core = per[GPU_CORE_INDEX] if requested[GPU_CORE_INDEX] else 0
+    by_ratio = requested[GPU_RATIO_INDEX]
+    ratio = per[GPU_RATIO_INDEX]
+    memory = per[GPU_MEMORY_INDEX]
+    ranked: list[tuple[int, int, tuple[int, int, int]]] = []
+    for col in range(n):
+        if not (exists[col] and healthy[col]):
+            continue
+        total, free = totals[col], frees[col]
+        card_memory = total[GPU_MEMORY_INDEX]
+        if by_ratio:
+            memory = memory_from_ratio(ratio, card_memory)
+        elif card_memory <= 0:
+            continue
+        else:
+            ratio = ratio_from_memory(memory, card_memory)
+        if (
+            core > free[GPU_CORE_INDEX]
+            or ratio > free[GPU_RATIO_INDEX]
+            or memory > free[GPU_MEMORY_INDEX]
+        ):
+            continue
+        amounts = (core, ratio, memory)
+        score = scorer.amounts_score(DEVICE_GPU, total, free, amounts)
+        ranked.append((-score, minors[col], amounts))
+    if len(ranked) < treq.count:
+        return unschedulable(insufficient(DEVICE_GPU))
+    if treq.count == 1:
+        ranked = [min(ranked)]
+    else:
+        ranked.sort()
+        del ranked[treq.count:]
+    with_core = requested[GPU_CORE_INDEX]
+    return [
+        CardUse(
+            DEVICE_GPU,
+            minor,
+            tuple(
+                (_GPU_NAMES[i], amounts[i])
+                for i in _GPU_BY_NAME
+                if with_core or i != GPU_CORE_INDEX
+            ),
+        )
+        for _, minor, amounts in ranked
+    ]
 
 
 def _take(matrix: npt.NDArray[Any], rows: IntArray | slice) -> npt.NDArray[Any]:

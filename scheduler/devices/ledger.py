@@ -130,6 +130,29 @@ class _Table:
         self.sum_total[:, row] = self.total[:, row, :].sum(axis=1)
         self.sum_alloc[:, row] = self.sum_total[:, row] - self.free[:, row, :].sum(axis=1)
 
+    def refresh_used(self, row: int, cols: Iterable[int]) -> None:
+        """``refresh`` after only ``used`` of ``cols`` changed (totals as they were): each
+        card's ``free`` and ``share`` recomputed and the row's ``sum_alloc`` moved by the
+        change in ``free``, in Python ints (a holding touches a few cards; numpy's per-call
+        cost would dominate)."""
+        moved: list[int] | None = None
+        for col in cols:
+            total = self.total[:, row, col].tolist()
+            used = self.used[:, row, col].tolist()
+            old = self.free[:, row, col].tolist()
+            free = [t - u if t > u else 0 for t, u in zip(total, used, strict=True)]
+            self.free[:, row, col] = free
+            declared = [t > 0 for t in total]
+            self.share[row, col] = min(
+                f * SHARE // t if d else SHARE
+                for t, f, d in zip(total, free, declared, strict=True)
+            ) if any(declared) else 0
+            change = [o - f for o, f in zip(old, free, strict=True)]
+            moved = change if moved is None else [a + b for a, b in zip(moved, change,
+                                                                         strict=True)]
+        if moved is not None and any(moved):
+            self.sum_alloc[:, row] += moved
+
 
 @dataclass(slots=True)
 class _RowType:
@@ -632,7 +655,7 @@ class NodeDeviceLedger:
                     tbl.used[ri, row, col] += sign * amount
             touched.setdefault(use.device_type, set()).add(col)
         for t, cols in touched.items():
-            self._tables[t].refresh(row, cols)
+            self._tables[t].refresh_used(row, cols)
         self._touch(row)
 
 

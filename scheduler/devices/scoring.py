@@ -86,13 +86,24 @@ class Scorer:
 
     def card_score(self, device_type: str, card: CardView, amounts: Sequence[int]) -> int:
         """How good it is to take ``amounts`` from ``card`` (higher first)."""
+        return self.amounts_score(device_type, card.total, card.free, amounts)
+
+    def amounts_score(
+        self,
+        device_type: str,
+        total: Sequence[int],
+        free: Sequence[int],
+        amounts: Sequence[int],
+    ) -> int:
+        """``card_score`` of a card given as its ``total`` and ``free`` amounts (aligned with
+        the type's resources), for callers that read cards from the ledger's rows."""
         score = weight_sum = 0
         for i, w in self.weights[device_type]:
-            total = card.total[i]
-            if total == 0:
+            card_total = total[i]
+            if card_total == 0:
                 continue
-            requested = total - card.free[i] + amounts[i]
-            score += self.resource_score(requested, total) * w
+            requested = card_total - free[i] + amounts[i]
+            score += self.resource_score(requested, card_total) * w
             weight_sum += w
         return score // weight_sum if weight_sum else 0
 

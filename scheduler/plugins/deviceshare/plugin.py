@@ -24,8 +24,10 @@ allocate), ``scoring`` and the scheduler's one ``NodeDeviceLedger`` (all in
   node whose free cards are well connected wins. Only those nodes pay for the per-node
   ``allocate``; its outcome is cached in the cycle-state entry and, for plain requests,
   across pods by the node's ledger row version and the request's shape.
-- Reserve allocates on the chosen node, records it in the ledger under the pod's uid and keeps
-  the allocation and its annotation in the entry; Unreserve releases it.
+- Reserve allocates on the chosen node (plain GPU requests without an external preference
+  through ``allocate_plain``, which reads the ledger's row instead of building a
+  ``NodeView``: the same cards), records it in the ledger under the pod's uid and keeps the
+  allocation and its annotation in the entry; Unreserve releases it.
 - PreBind puts the ``device-allocated`` annotation (with each card's id) into
   ``state.bind_annotations``, so allocation and binding are one API write.
 
@@ -55,7 +57,7 @@ from apis.core import Pod
 from apis.gpushare import bind_annotations as gpushare_bind_annotations
 from apis.resources import DEVICE_GPU
 from scheduler.devices import ledger_of
-from scheduler.devices.allocator import allocate, feasible_rows, insufficient
+from scheduler.devices.allocator import allocate, allocate_plain, feasible_rows, insufficient
 from scheduler.devices.interconnect import set_score
 from scheduler.devices.ledger import NodeDeviceLedger
 from scheduler.devices.request import (
@@ -480,8 +482,7 @@ class DeviceShare:
             return error(exc)
         if entry.request is None:
             return None
-        view = self.ledger.node_view(node_name, entry.request.device_types)
-        result = self._allocate(state, view, entry.request)
+        result = self._allocate(state, node_name, entry.request)
         if isinstance(result, Status):
             return result
         entry.annotation = self._annotation(node_name, result)
@@ -492,10 +493,17 @@ class DeviceShare:
         return None
 
     def _allocate(
-        self, state: CycleState, view: NodeView, request: DeviceRequest
+        self, state: CycleState, node: str, request: DeviceRequest
     ) -> list[CardUse] | Status:
-        """``allocate``, on the externally preferred GPUs when they can serve the request."""
+        """``allocate`` on ``node``, on the externally preferred GPUs when they can serve the
+        request; without a preference, plain requests read the ledger's row directly
+        (``allocate_plain``, the same result)."""
         preference = state.get(PREFERRED_GPUS_KEY)
+        if preference is None:
+            plain = allocate_plain(self.ledger, node, request, self.scorer)
+            if plain is not None:
+                return plain
+        view = self.ledger.node_view(node, request.device_types)
         gpus = view.cards.get(DEVICE_GPU)
         if preference is not None and gpus:
             wanted = preference.get(view.name)
