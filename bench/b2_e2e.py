@@ -162,7 +162,7 @@ class BindWatch(threading.Thread):
                             self.first_bind = self.last_bind
                         if len(self.bound) >= self.expected:
                             self.done.set()
-                            resp.release_conn()
+                            resp.close()  # a watch never ends: never back to the pool
                             return
 
 
@@ -221,11 +221,15 @@ class RssSampler(threading.Thread):
         self.peak = 0.0
         self.stop = threading.Event()
 
+        self.series: list[tuple[float, float]] = []
+        """(``perf_counter`` time, VmRSS MiB) of every sample, for ``--rss-trace``."""
+
     def run(self) -> None:
         while not self.stop.wait(self.interval):
             rss = _status_mib(self.pid, "VmRSS")
             if rss == rss:  # not NaN
                 self.peak = max(self.peak, rss)
+                self.series.append((time.perf_counter(), rss))
 
     def finish(self) -> float:
         """Stop sampling; the peak seen, or ``VmHWM`` when that is higher."""
@@ -253,6 +257,20 @@ def api_writes(c: Client) -> int:
             if sample.name.endswith("_total") and sample.labels.get("verb") in WRITE_VERBS:
                 total += sample.value
     return int(total)
+
+
+def settled_writes(c: Client, quiet_s: float = 2.0, limit_s: float = 60.0) -> int:
+    """``api_writes`` once it has not moved for ``quiet_s`` (events are written after the
+    bind, asynchronously, by both schedulers), or after ``limit_s``."""
+    deadline = time.monotonic() + limit_s
+    last = api_writes(c)
+    while time.monotonic() < deadline:
+        time.sleep(quiet_s)
+        now = api_writes(c)
+        if now == last:
+            break
+        last = now
+    return last
 
 
 SCHEDULER_NAME = "koord-scheduler"
@@ -423,9 +441,22 @@ def run_one(
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{which}: only {len(watch.bound)} of {pods} pods bound")
         cpu_s = _cpu_seconds(proc.pid)
-        writes = api_writes(c) - writes_before - own_writes
+        writes = settled_writes(c) - writes_before - own_writes
+        scraped = time.perf_counter()
         fams = scrape(port)
         rss_mib = sampler.finish()  # sampled; one /metrics scrape included, as in production
+        if args.rss_trace:
+            marks = {"first_bind": watch.first_bind, "last_bind": watch.last_bind}
+            trace = {
+                "scheduler": which,
+                "size": f"{nodes}x{pods}",
+                "marks_s": {
+                    k: round(v - started, 2) for k, v in {**marks, "scrape": scraped}.items()
+                },
+                "rss_mib": [(round(t - started, 2), round(r, 1)) for t, r in sampler.series],
+            }
+            out = Path(f"{args.rss_trace}.{which}.{nodes}x{pods}.{os.getpid()}.json")
+            out.write_text(json.dumps(trace))
         sli_name = (
             "scheduler_pod_scheduling_sli_duration_seconds"
             if which == "koord"
@@ -492,6 +523,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=16, help="pod-creating threads")
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--json", help="also write every result to this file")
+    parser.add_argument(
+        "--rss-trace",
+        help="write each run's scheduler VmRSS samples (0.1 s) with its first/last bind and "
+        "scrape times to FILE.N.json",
+    )
     parser.add_argument(
         "--koord-wrap",
         default="",
