@@ -256,7 +256,7 @@ def _serve_cluster(args: argparse.Namespace, *, extender: bool) -> int:
                 Check("informer-sync", caches),
                 Check("leader-election", leadership),
             ],
-            metrics=metrics.exposition,
+            metrics=metrics.write_exposition,
             explain=lambda ns, name, output: _explain_live(sched, cluster, ns, name, output),
         )
     except OSError as exc:

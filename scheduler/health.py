@@ -5,12 +5,15 @@ Role: what the kubelet's probes and Prometheus talk to. ``/livez`` and ``/health
 liveness checks (the process's threads are alive), ``/readyz`` the readiness checks (caches
 synced and connected; leading, or a healthy standby). Each answers ``200 ok``, or ``503`` with
 one ``[-]<check> failed: <reason>`` line per failed check, as kube components do; ``?verbose``
-lists every check (``[+]<check> ok``). ``/metrics`` serves the Prometheus text format from the
-function it is given. ``/debug/explain/NS/POD[?o=json|table]`` answers ``koord-scheduler
-explain`` for a pending pod from the running scheduler's own state (the function it is given
-runs the question on the scheduling thread); 400 for a malformed path, what the function says
-otherwise (404 for an unknown pod), 500 with one line if it raises. ``/debug/memory`` lists
-the allocation sites holding the most memory when the process runs with
+lists every check (``[+]<check> ok``). ``/metrics`` streams the Prometheus text format that the
+function it is given writes, in HTTP/1.1 chunks of ``METRICS_CHUNK`` bytes, so a scrape never
+holds the whole body (35 MB at 5,000 nodes x 8 GPUs); a writer that raises midway ends the
+response without its last chunk, which the client sees as a failed scrape.
+``/debug/explain/NS/POD[?o=json|table]`` answers ``koord-scheduler explain`` for a pending pod
+from the running scheduler's own state (the function it is given runs the question on the
+scheduling thread); 400 for a malformed path, what the function says otherwise (404 for an
+unknown pod), 500 with one line if it raises. ``/debug/memory`` lists the allocation sites
+holding the most memory when the process runs with
 ``PYTHONTRACEMALLOC=1``, and says how to turn tracing on otherwise (404).
 
 Invariants: checks are plain callables returning None (ok) or a reason, evaluated on every
@@ -21,14 +24,19 @@ scheduling state except through the callables it was given.
 
 from __future__ import annotations
 
+import io
 import threading
 import tracemalloc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, BinaryIO
 from urllib.parse import parse_qs, urlsplit
 
 import structlog
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
 
 __all__ = ["Check", "HealthServer", "run_checks"]
 
@@ -36,6 +44,9 @@ log = structlog.get_logger("koord-scheduler.http")
 EXPLAIN_PREFIX = "/debug/explain/"
 
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+METRICS_CHUNK = 1 << 16
+MetricsWriter = Callable[[BinaryIO], None]
+"""Writes the whole exposition to the stream it is given."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +88,7 @@ class HealthServer:
         *,
         live: Sequence[Check] = (),
         ready: Sequence[Check] = (),
-        metrics: Callable[[], bytes] | None = None,
+        metrics: MetricsWriter | None = None,
         explain: Callable[[str, str, str], tuple[int, bytes]] | None = None,
     ) -> None:
         self.live = list(live)
@@ -132,13 +143,7 @@ class HealthServer:
         elif path == "/debug/memory":
             self._reply(req, *_memory_report(), "text/plain")
         elif path == "/metrics" and self._metrics is not None:
-            try:
-                data = self._metrics()
-            except Exception as exc:
-                log.exception("metrics exposition failed")
-                self._reply(req, 500, f"{exc}\n".encode(), "text/plain")
-                return
-            self._reply(req, 200, data, PROMETHEUS_TEXT)
+            self._stream_metrics(req, self._metrics)
         else:
             self._reply(req, 404, b"404 page not found\n", "text/plain")
 
@@ -162,6 +167,25 @@ class HealthServer:
         self._reply(req, code, body, ctype)
 
     @staticmethod
+    def _stream_metrics(req: BaseHTTPRequestHandler, write: MetricsWriter) -> None:
+        req.send_response(200)
+        req.send_header("Content-Type", PROMETHEUS_TEXT)
+        req.send_header("Transfer-Encoding", "chunked")
+        req.send_header("X-Content-Type-Options", "nosniff")
+        req.end_headers()
+        out = io.BufferedWriter(_ChunkWriter(req), METRICS_CHUNK)
+        try:
+            write(out)
+            out.flush()
+        except Exception:
+            # The status line is gone already: no last chunk, no keep-alive, so the client
+            # sees a truncated body (a failed scrape), never a complete-looking partial one.
+            log.exception("metrics exposition failed")
+            req.close_connection = True
+            return
+        req.wfile.write(b"0\r\n\r\n")
+
+    @staticmethod
     def _reply(req: BaseHTTPRequestHandler, code: int, body: bytes, content_type: str) -> None:
         req.send_response(code)
         req.send_header("Content-Type", content_type)
@@ -169,6 +193,22 @@ class HealthServer:
         req.send_header("X-Content-Type-Options", "nosniff")
         req.end_headers()
         req.wfile.write(body)
+
+
+class _ChunkWriter(io.RawIOBase):
+    """Each write is one HTTP/1.1 chunk on the request's socket."""
+
+    def __init__(self, req: BaseHTTPRequestHandler) -> None:
+        self._wfile = req.wfile
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: ReadableBuffer, /) -> int:
+        chunk = bytes(data)
+        if chunk:
+            self._wfile.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+        return len(chunk)
 
 
 MEMORY_TOP = 30

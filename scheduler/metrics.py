@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -256,18 +256,26 @@ class SchedulerMetrics:
 
     def exposition(self) -> bytes:
         """The Prometheus text format (0.0.4) of the registry, as kube-scheduler serves it:
-        ``generate_latest`` of the registry without ``*_created``, byte for byte, with the
-        per-card device families written by themselves into the one buffer."""
+        ``generate_latest`` of the registry without ``*_created``, byte for byte."""
         buffer = io.BytesIO()
-        text = io.TextIOWrapper(buffer, encoding="utf-8", newline="\n")
-        for metric in _WithoutCreated(self.registry).collect():
-            if isinstance(metric, CardFamily):
-                metric.write(text)
-            else:
-                text.flush()
-                buffer.write(render_one(metric))
-        text.detach()  # flushes; the buffer stays open
+        self.write_exposition(buffer)
         return buffer.getvalue()
+
+    def write_exposition(self, out: BinaryIO) -> None:
+        """``exposition`` written to ``out`` as it is made (what ``/metrics`` streams): the
+        per-card device families write their own text, node by node, so no whole body is
+        ever held."""
+        text = io.TextIOWrapper(out, encoding="utf-8", newline="\n")
+        try:
+            for metric in _WithoutCreated(self.registry).collect():
+                if isinstance(metric, CardFamily):
+                    metric.write(text)
+                else:
+                    text.flush()
+                    out.write(render_one(metric))
+            text.flush()
+        finally:
+            text.detach()  # the stream stays open: it is the caller's
 
 
 class _LeaderCollector(Collector):

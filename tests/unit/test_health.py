@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import http.client
 import tracemalloc
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from typing import BinaryIO
 
 import pytest
 
@@ -39,7 +41,7 @@ def server() -> Iterator[tuple[HealthServer, dict[str, str | None]]]:
         0,
         live=[Check("threads", lambda: state["live"])],
         ready=[Check("ping", lambda: None), Check("leader", lambda: state["ready"])],
-        metrics=lambda: b"# HELP x y\n# TYPE x gauge\nx 1.0\n",
+        metrics=lambda out: out.write(b"# HELP x y\n# TYPE x gauge\nx 1.0\n"),
     )
     srv.start()
     yield srv, state
@@ -119,3 +121,42 @@ def test_debug_memory_lists_allocation_sites_only_while_tracing(
         tracemalloc.stop()
     assert code == 200 and body.startswith("traced: ")
     assert "test_health.py" in body.splitlines()[1] and len(held) == 4
+
+
+def test_metrics_are_streamed_in_chunks_and_arrive_whole() -> None:
+    """A large exposition is sent as it is written (chunked), and arrives byte for byte."""
+    lines = [f'x{{card="{i}"}} {i}.0\n'.encode() for i in range(60_000)]  # ~1.2 MB
+
+    def write(out: BinaryIO) -> None:
+        for line in lines:
+            out.write(line)
+
+    srv = HealthServer("127.0.0.1", 0, metrics=write)
+    srv.start()
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{srv.port}/metrics", timeout=10) as r:
+            assert r.headers["Transfer-Encoding"] == "chunked"
+            assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+            assert r.read() == b"".join(lines)
+        assert get(srv, "/healthz")[::2] == (200, "ok\n")  # the connection pool still works
+    finally:
+        srv.stop()
+
+
+def test_a_failing_exposition_is_a_failed_scrape_not_a_partial_one() -> None:
+    """The status line is sent before the body is made: a writer that raises midway must end
+    the response without its last chunk (the client sees an error), and the server serves on."""
+
+    def write(out: BinaryIO) -> None:
+        out.write(b"# HELP x y\n# TYPE x gauge\n" + b"x 1.0\n" * 20_000)
+        raise RuntimeError("collector bug")
+
+    srv = HealthServer("127.0.0.1", 0, metrics=write)
+    srv.start()
+    try:
+        url, incomplete = f"http://127.0.0.1:{srv.port}/metrics", http.client.IncompleteRead
+        with pytest.raises(incomplete), urllib.request.urlopen(url, timeout=10) as r:
+            r.read()
+        assert get(srv, "/healthz")[::2] == (200, "ok\n")
+    finally:
+        srv.stop()
