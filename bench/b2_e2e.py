@@ -347,6 +347,8 @@ def start_scheduler(
             f"--config={go_config(srv, workdir, args.qps, args.burst, args.percentage, port)}",
             "--address=127.0.0.1", f"--port={port}", "--secure-port=0", "--v=0",
         ]  # fmt: skip
+    if which == "koord" and args.koord_args:
+        cmd = [*cmd, *shlex.split(args.koord_args)]  # e.g. --bind-workers=16
     if which == "koord" and args.koord_wrap:
         cmd = [*shlex.split(args.koord_wrap), *cmd]  # e.g. a sampling profiler
     start = time.perf_counter()
@@ -527,6 +529,9 @@ def main(argv: list[str] | None = None) -> int:
         "--rss-trace",
         help="write each run's scheduler VmRSS samples (0.1 s) with its first/last bind and "
         "scrape times to FILE.N.json",
+    )
+    parser.add_argument(
+        "--koord-args", default="", help="more koord-scheduler run flags, e.g. --bind-workers=16"
     )
     parser.add_argument(
         "--koord-wrap",
