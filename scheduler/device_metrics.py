@@ -31,7 +31,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import cache, lru_cache
-from typing import Any, Protocol, TextIO
+from typing import Any, TextIO
 
 from prometheus_client import generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -40,9 +40,9 @@ from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, decode_allocations
-from apis.core import Node, Pod
+from apis.core import Pod
 from apis.device import Device
-from scheduler.inspect import INVALID, CardUsage, account_cards, device_cards
+from scheduler.inspect import INVALID, CardUsage, ObjectsView, account_cards, device_cards
 
 __all__ = [
     "ALLOCATED",
@@ -50,7 +50,6 @@ __all__ = [
     "HEALTHY",
     "PODS",
     "CardFamily",
-    "ClusterViewLike",
     "DeviceCollector",
     "call_or_none",
     "render_one",
@@ -69,19 +68,6 @@ _HELP = {
     HEALTHY: "1 when the Device CR reports the device healthy, else 0.",
 }
 _CARD_LABELS = ("node", "device_type", "minor", "uuid")
-
-
-class ClusterViewLike(Protocol):
-    """What the caches hold (``scheduler.kube.cluster.ClusterView``)."""
-
-    @property
-    def nodes(self) -> Mapping[str, Node]: ...
-
-    @property
-    def devices(self) -> Sequence[Device]: ...
-
-    @property
-    def pods(self) -> Sequence[Pod]: ...
 
 
 def call_or_none(source: Callable[[], Any]) -> Any:
@@ -299,7 +285,7 @@ class CardFamily(Metric):
 class DeviceCollector(Collector):
     """Per-card capacity, allocation, pods and health, plus the annotation error counter."""
 
-    def __init__(self, source: Callable[[], ClusterViewLike | None]) -> None:
+    def __init__(self, source: Callable[[], ObjectsView | None]) -> None:
         self._source = source
         self._entries: dict[int, _Entry] = {}
         self._shapes = _Shapes()
@@ -325,7 +311,7 @@ class DeviceCollector(Collector):
     def describe(self) -> Iterable[Metric]:
         return []
 
-    def _scrape(self, view: ClusterViewLike) -> list[_Group]:
+    def _scrape(self, view: ObjectsView) -> list[_Group]:
         errors: list[Pod] = []
         try:
             groups = self._account(view, errors)
@@ -336,7 +322,7 @@ class DeviceCollector(Collector):
         self._bad_seen = bad
         return groups
 
-    def _account(self, view: ClusterViewLike, errors: list[Pod]) -> list[_Group]:
+    def _account(self, view: ObjectsView, errors: list[Pod]) -> list[_Group]:
         old_decoded: dict[str, Any] = self._decoded
         decoded: dict[str, Any] = {}
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
@@ -56,6 +56,7 @@ __all__ = [
     "CardKey",
     "CardUsage",
     "InspectError",
+    "ObjectsView",
     "account_cards",
     "card_usage",
     "cards_table",
@@ -68,6 +69,20 @@ __all__ = [
 INVALID = "<invalid annotation>"
 KUBELET = " (kubelet)"
 """Suffix of a pod that holds a card through the kubelet's device checkpoint."""
+
+
+class ObjectsView(Protocol):
+    """What the informers hold at one moment (``scheduler.kube.cluster.ClusterView``): what
+    ``card_usage`` reads, for the device metrics and the extender's ``inspect``."""
+
+    @property
+    def nodes(self) -> Mapping[str, Node]: ...
+
+    @property
+    def devices(self) -> Sequence[Device]: ...
+
+    @property
+    def pods(self) -> Sequence[Pod]: ...
 
 
 class InspectError(ValueError):

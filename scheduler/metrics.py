@@ -34,8 +34,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from apis.version import python_version, version
-from scheduler.device_metrics import CardFamily, ClusterViewLike, DeviceCollector, render_one
+from scheduler.device_metrics import CardFamily, DeviceCollector, render_one
 from scheduler.device_metrics import call_or_none as _safe
+from scheduler.inspect import ObjectsView
 
 __all__ = [
     "ATTEMPT_BUCKETS",
@@ -244,7 +245,7 @@ class SchedulerMetrics:
     def watch_queue(self, source: Callable[[], QueueStatsLike | None]) -> None:
         self.registry.register(QueueCollector(source))
 
-    def watch_devices(self, source: Callable[[], ClusterViewLike | None]) -> DeviceCollector:
+    def watch_devices(self, source: Callable[[], ObjectsView | None]) -> DeviceCollector:
         collector = DeviceCollector(source)
         self.registry.register(collector)
         return collector

@@ -21,15 +21,14 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import structlog
 
-from apis.core import Node, Pod
-from apis.device import Device
+from apis.core import Node
 from scheduler.extender.engine import ExtenderEngine, NotLeader
 from scheduler.extender.protocol import (
     ExtenderRequestError,
@@ -41,6 +40,7 @@ from scheduler.extender.protocol import (
     encode_preemption_result,
     encode_priorities,
 )
+from scheduler.inspect import ObjectsView
 from scheduler.inspect_gpushare import gpushare_view
 
 __all__ = ["GPUSHARE_PREFIX", "ExtenderServer"]
@@ -50,19 +50,6 @@ GPUSHARE_PREFIX: Final = "/gpushare-scheduler"
 VERBS: Final = ("filter", "prioritize", "bind", "preempt")
 MAX_BODY: Final = 64 << 20
 JSON: Final = "application/json"
-
-
-class ObjectsView(Protocol):
-    """The informers' picture, for ``inspect`` (``scheduler.kube.cluster.ClusterView``)."""
-
-    @property
-    def nodes(self) -> Mapping[str, Node]: ...
-
-    @property
-    def devices(self) -> Iterable[Device]: ...
-
-    @property
-    def pods(self) -> Iterable[Pod]: ...
 
 
 @dataclass(frozen=True, slots=True)
