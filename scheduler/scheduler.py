@@ -810,9 +810,11 @@ class Scheduler:
         if deferred is not None and outcome.resolution != "unknown":
             for handler in self._event_handlers:
                 handler(deferred)
-            # The delete moved the waiting pods when it arrived, while the ledger still held
-            # the cards; they are free only now, so move them again.
-            self.queue.move_all_to_active_or_backoff(ASSIGNED_POD_DELETE)
+            if outcome.resolution == "bound":
+                # The delete moved the waiting pods when it arrived, while the ledger still
+                # held the cards; they are free only now. (A failed bind moved them already,
+                # when it released its reservation.)
+                self.queue.move_all_to_active_or_backoff(ASSIGNED_POD_DELETE)
 
     def _finish_binding_outcome(self, outcome: _BindOutcome) -> None:
         self._in_flight -= 1

@@ -467,3 +467,42 @@ def test_an_unanswered_stale_bind_that_landed_on_a_successor_never_overcommits()
         assert truth.pods["default/web-0"].node_name == "g0"  # the stale bind landed
         assert not truth.pods["default/z"].node_name
     assert_no_card_overcommitted(truth)
+
+
+class _SlowAnswer(AdversarialCluster):
+    """Binds land at once; their answers wait for ``answered`` (a slow response)."""
+
+    def __init__(self, truth: InMemoryCluster) -> None:
+        super().__init__(truth)
+        self.answered = threading.Event()
+
+    def bind(self, pod: Any, node_name: str, annotations: Any) -> None:
+        super().bind(pod, node_name, annotations)
+        assert self.answered.wait(60), "bind answer never released"
+
+
+def test_a_bound_pod_deleted_before_its_bind_answered_wakes_the_pods_its_card_turned_away() -> None:
+    """a's bind lands but its answer is slow; a is deleted meanwhile, so its card leaves the
+    ledger only once the answer comes (it might have landed on a successor). b, turned away
+    while the card was held, must be retried when it is freed — not at the 5-minute flush."""
+    truth, clock = gpu_node_truth(), SimulatedClock()
+    adv = _SlowAnswer(truth)
+    with scheduler_on(adv, clock) as sched:
+        truth.apply_pod(gpu_pod("a", uid="uid-a"))
+        adv.deliver_all()
+        assert sched.schedule_one()  # a bound in the cluster, the answer on its way
+        truth.apply_pod(gpu_pod("b", uid="uid-b"))
+        adv.deliver_all()
+        sched.schedule_one()  # b: no room
+        truth.delete_pod("default/a")
+        adv.deliver_all()  # a's delete: its card waits for the bind's answer
+        clock.advance(20)
+        while sched.schedule_one():
+            pass  # b turned away again
+        assert truth.pods["default/b"].node_name == ""
+        adv.answered.set()
+        sched.run_until_idle()
+        clock.advance(20)  # past any backoff, far short of the 300 s flush
+        sched.run_until_idle()
+        assert truth.pods["default/b"].node_name == "g0"
+    assert_no_card_overcommitted(truth)
