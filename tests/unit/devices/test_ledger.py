@@ -7,6 +7,7 @@ import dataclasses
 import json
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -18,7 +19,7 @@ from apis.device import ANNOTATION_DEVICES_CHECKPOINTS, Device
 from apis.partition import ANNOTATION_GPU_PARTITIONS, POLICY_HONOR
 from apis.topology import ANNOTATION_GPU_TOPOLOGY
 from scheduler.devices.allocator import allocate
-from scheduler.devices.ledger import NodeDeviceLedger
+from scheduler.devices.ledger import NodeDeviceLedger, _Table
 from scheduler.devices.request import (
     RESERVED,
     CardUse,
@@ -460,3 +461,34 @@ def test_malformed_topology_and_table_are_counted_and_ignored() -> None:
     assert ledger.annotation_errors == 2
     assert ledger.node_meta("n") == NodeMeta()
     assert ledger.topology_rows == ledger.table_rows == set()
+
+
+@given(
+    st.integers(1, 3).flatmap(
+        lambda n_res: st.tuples(
+            st.just(n_res),
+            st.lists(st.integers(0, 200), min_size=n_res * 8, max_size=n_res * 8),
+            st.lists(st.integers(0, 300), min_size=n_res * 8, max_size=n_res * 8),
+            st.lists(st.integers(0, 300), min_size=n_res * 8, max_size=n_res * 8),
+            st.sets(st.integers(0, 7), min_size=1),
+        )
+    )
+)
+def test_refreshing_only_the_changed_cards_equals_the_full_refresh(
+    case: tuple[int, list[int], list[int], list[int], set[int]],
+) -> None:
+    """``_Table.refresh_used`` (a holding's cards, totals unchanged) leaves free, share and the
+    row's sums exactly as the general ``refresh`` does."""
+    n_res, totals, used_before, used_after, changed = case
+    tables = [_Table(n_res, 2, 8) for _ in range(2)]
+    for tbl in tables:
+        tbl.total[:, 1, :] = np.array(totals).reshape(n_res, 8)
+        tbl.used[:, 1, :] = np.array(used_before).reshape(n_res, 8)
+        tbl.refresh(1, range(8))
+        for col in changed:
+            tbl.used[:, 1, col] = np.array(used_after).reshape(n_res, 8)[:, col]
+    full, fast = tables
+    full.refresh(1, sorted(changed))
+    fast.refresh_used(1, sorted(changed))
+    for name in ("free", "share", "sum_total", "sum_alloc"):
+        assert np.array_equal(getattr(full, name), getattr(fast, name)), name
