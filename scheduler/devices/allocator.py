@@ -83,6 +83,7 @@ __all__ = [
     "card_left",
     "card_taken",
     "feasible_rows",
+    "gpu_amounts",
     "insufficient",
     "rows_feasible",
 ]
@@ -99,11 +100,20 @@ def card_amounts(treq: TypeRequest, card: CardView) -> tuple[int, ...] | None:
     """What the pod takes from ``card`` (completed), or None when the card cannot give it."""
     if not card.healthy:
         return None
-    per, free = treq.per_device, card.free
     if treq.device_type != DEVICE_GPU:
-        return per if per[0] <= free[0] else None
+        per = treq.per_device
+        return per if per[0] <= card.free[0] else None
+    return gpu_amounts(treq, card.total, card.free)
+
+
+def gpu_amounts(
+    treq: TypeRequest, total: Sequence[int], free: Sequence[int]
+) -> tuple[int, int, int] | None:
+    """``card_amounts`` of a healthy GPU given as its ``total`` and ``free`` amounts (core,
+    ratio, memory): the request completed for that card, or None when it cannot give it."""
+    per = treq.per_device
     core = per[GPU_CORE_INDEX] if treq.requested[GPU_CORE_INDEX] else 0
-    card_memory = card.total[GPU_MEMORY_INDEX]
+    card_memory = total[GPU_MEMORY_INDEX]
     if treq.requested[GPU_RATIO_INDEX]:
         ratio = per[GPU_RATIO_INDEX]
         memory = memory_from_ratio(ratio, card_memory)
@@ -277,8 +287,8 @@ def allocate_plain(
     straight from the node's ledger row (no ``CardView``), for the requests
     ``plain_gpu_request`` accepts; None for the others (the caller runs ``allocate``).
 
-    The same result: the candidates are the existing, healthy cards that ``card_amounts``
-    accepts (the same completion), ranked by ``(-scorer.card_score, minor)`` (the same
+    The same result: the candidates are the existing, healthy cards that ``gpu_amounts``
+    accepts (``card_amounts``' own completion), ranked by ``(-scorer.card_score, minor)`` (the same
     formula, ``Scorer.amounts_score``), the first ``count`` taken; the same Status when there
     is no card (``Insufficient gpu devices``, unresolvable) or too few candidates
     (unschedulable). Property-tested against ``allocate`` (tests/unit/devices)."""
@@ -297,30 +307,14 @@ def allocate_plain(
     healthy = tbl.healthy[row, :n].tolist()
     totals = tbl.total[:, row, :n].T.tolist()
     frees = tbl.free[:, row, :n].T.tolist()
-    per, requested = treq.per_device, treq.requested
-    core = per[GPU_CORE_INDEX] if requested[GPU_CORE_INDEX] else 0
-    by_ratio = requested[GPU_RATIO_INDEX]
-    ratio = per[GPU_RATIO_INDEX]
-    memory = per[GPU_MEMORY_INDEX]
     ranked: list[tuple[int, int, tuple[int, int, int]]] = []
     for col in range(n):
         if not (exists[col] and healthy[col]):
             continue
         total, free = totals[col], frees[col]
-        card_memory = total[GPU_MEMORY_INDEX]
-        if by_ratio:
-            memory = memory_from_ratio(ratio, card_memory)
-        elif card_memory <= 0:
+        amounts = gpu_amounts(treq, total, free)
+        if amounts is None:
             continue
-        else:
-            ratio = ratio_from_memory(memory, card_memory)
-        if (
-            core > free[GPU_CORE_INDEX]
-            or ratio > free[GPU_RATIO_INDEX]
-            or memory > free[GPU_MEMORY_INDEX]
-        ):
-            continue
-        amounts = (core, ratio, memory)
         score = scorer.amounts_score(DEVICE_GPU, total, free, amounts)
         ranked.append((-score, minors[col], amounts))
     if len(ranked) < treq.count:
@@ -330,7 +324,7 @@ def allocate_plain(
     else:
         ranked.sort()
         del ranked[treq.count:]
-    with_core = requested[GPU_CORE_INDEX]
+    with_core = treq.requested[GPU_CORE_INDEX]
     return [
         CardUse(
             DEVICE_GPU,
