@@ -315,7 +315,10 @@ class Scheduler:
                 self.queue.node_deleted(change.old)
         elif change.kind == "Pod":
             never_sent = self._reject_if_waiting(change)
+            unconfirmed = self._bound_unconfirmed(change)
             self._apply_pod(change.old, change.new)
+            if unconfirmed:
+                self._read_back_before_release(change.old)
         elif change.kind == "Device":
             self.queue.device_changed(change.action)
         elif change.kind == POD_GROUP_KIND:
@@ -340,19 +343,53 @@ class Scheduler:
             return False
         return waiting.reject("", f"pod {old.key} was deleted while waiting on Permit")
 
-    def _defer_if_binding(self, change: Change) -> Change:
-        """A pod whose bind is in flight leaves the device ledger only after the bind's outcome:
-        an API server that binds by name (v1.20 ignores a Binding's UID) may still put the old
-        incarnation's allocation on a same-name successor, so its cards must not be handed out
-        before the outcome says where the bind landed."""
+    def _bound_unconfirmed(self, change: Change) -> bool:
+        """The delete (or same-name replacement) of a pod whose bind answered 201 while its
+        bound event has not arrived yet. On an API server that binds by name (v1.20 ignores a
+        Binding's UID) that 201 may have bound a same-name successor instead: its cards are
+        then held by the successor, whose bound event may still be in the watch."""
         old, new = change.old, change.new
-        if change.kind != "Pod" or old is None or old.uid not in self._binding:
-            return change
+        if old is None or old.uid in self._binding or old.uid in self._deferred:
+            return False
         if new is not None and new.uid == old.uid:
+            return False
+        return self.cache.is_assumed(old)
+
+    def _defer_if_binding(self, change: Change) -> Change:
+        """A pod whose bind is in flight, or whose 201 is not confirmed by its bound event,
+        leaves the device ledger only once we know where the bind landed: an API server that
+        binds by name may have put the old incarnation's allocation on a same-name successor,
+        so its cards must not be handed out before that is known."""
+        old, new = change.old, change.new
+        if change.kind != "Pod" or old is None or (new is not None and new.uid == old.uid):
+            return change
+        if old.uid in self._binding:
+            self._deleted_while_binding.add(old.uid)
+        elif old.uid not in self._deferred:
             return change
         self._deferred[old.uid] = Change("Pod", old, None)
-        self._deleted_while_binding.add(old.uid)
         return Change("Pod", None, new) if new is not None else _NOTHING
+
+    def _read_back_before_release(self, old: Pod) -> None:
+        """Find out on the worker pool what holds ``old``'s name now; its cards leave the
+        ledger (``_release_deferred``) only after a bound successor's allocation reached it."""
+        self._deferred[old.uid] = Change("Pod", old, None)
+
+        def read_back() -> None:
+            resolution = self._where_it_landed(old)
+
+            def settle() -> None:
+                self._in_flight -= 1
+                self._release_deferred(old.uid, resolution)
+
+            self._inbox.put(_Call(settle, Future()))
+
+        try:
+            self._binder.submit(read_back)
+        except RuntimeError:  # the pool is shut down (closing): keep holding the cards
+            log.info("closing: the cards of a deleted pod stay held", pod=old.key)
+            return
+        self._in_flight += 1  # counted as a bind is: run_until_idle waits for it
 
     def _apply_pod(self, old: Pod | None, new: Pod | None) -> None:
         if old is not None and new is not None and old.uid != new.uid:
@@ -706,8 +743,7 @@ class Scheduler:
         status: Status | None = None
         try:
             if waiting is not None:
-                status = waiting.wait()
-                self.waiting_pods.remove(assumed.uid)
+                status = waiting.wait()  # it stays registered until its outcome is applied
                 if waiting.timed_out_plugin:
                     state.write(PERMIT_TIMED_OUT_KEY, waiting.timed_out_plugin)
             if status is None and self._closing.is_set():
@@ -794,27 +830,38 @@ class Scheduler:
     def _finish_binding(self, outcome: _BindOutcome) -> None:
         uid = outcome.assumed.uid
         self._binding.discard(uid)
-        read_back = self._read_back.pop(uid, None)
-        if read_back is not None:
-            change = Change("Pod", None, read_back)
-            for handler in self._event_handlers:
-                handler(change)  # what the cluster shows bound under that name holds its cards
+        self.waiting_pods.remove(uid)
+        self._hand_read_back_to_ledger(uid)
         if outcome.resolution == "successor":
             landed = Status(
                 Code.ERROR, (f"the binding landed on a re-created pod {outcome.assumed.key}",)
             )
             outcome = dataclasses.replace(outcome, resolution="gone", status=landed)
         self._finish_binding_outcome(outcome)
-        deferred = self._deferred.pop(uid, None)
         self._deleted_while_binding.discard(uid)
-        if deferred is not None and outcome.resolution != "unknown":
+        # A failed bind moved the waiting pods already, when it released its reservation.
+        self._release_deferred(uid, outcome.resolution, move=outcome.resolution == "bound")
+
+    def _hand_read_back_to_ledger(self, uid: str) -> None:
+        read_back = self._read_back.pop(uid, None)
+        if read_back is not None:
+            change = Change("Pod", None, read_back)
             for handler in self._event_handlers:
-                handler(deferred)
-            if outcome.resolution == "bound":
-                # The delete moved the waiting pods when it arrived, while the ledger still
-                # held the cards; they are free only now. (A failed bind moved them already,
-                # when it released its reservation.)
-                self.queue.move_all_to_active_or_backoff(ASSIGNED_POD_DELETE)
+                handler(change)  # what the cluster shows bound under that name holds its cards
+
+    def _release_deferred(self, uid: str, resolution: str, move: bool = True) -> None:
+        """Apply a delete held back from the plugins (``_defer_if_binding``) once we know
+        where the bind landed; "unknown" (stopping, the API unreadable) keeps it held."""
+        self._hand_read_back_to_ledger(uid)
+        deferred = self._deferred.pop(uid, None)
+        if deferred is None or resolution == "unknown":
+            return
+        for handler in self._event_handlers:
+            handler(deferred)
+        if move:
+            # The delete moved the waiting pods when it arrived, while the ledger still held
+            # the cards; they are free only now.
+            self.queue.move_all_to_active_or_backoff(ASSIGNED_POD_DELETE)
 
     def _finish_binding_outcome(self, outcome: _BindOutcome) -> None:
         self._in_flight -= 1
@@ -948,7 +995,11 @@ class Scheduler:
             except Exception as exc:  # reporting must never break scheduling
                 log.warning("cluster write failed", action=fn.__name__, error=str(exc))
 
-        future = self._binder.submit(call)
+        try:
+            future = self._binder.submit(call)
+        except RuntimeError:  # the pool is shut down: a bind answered after close() began
+            log.info("closing: cluster write dropped", action=fn.__name__)
+            return
         with self._io_lock:
             self._pending_io.add(future)
         future.add_done_callback(self._io_done)

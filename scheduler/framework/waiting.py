@@ -5,18 +5,22 @@ blocks in ``wait()`` until each waiting plugin calls ``allow(plugin)``, any plug
 ``reject(plugin, message)``, or the earliest timeout passes. Plugins reach waiting pods through
 ``Handle.waiting_pods`` (e.g. a gang plugin allowing its members together).
 
-Invariants: a waiting pod is decided exactly once; ``wait()`` returns None (allowed) or an
+Invariants: a waiting pod is decided exactly once (``allow_together`` decides a group of
+them atomically: all allowed or none); ``wait()`` returns None (allowed) or an
 Unschedulable status naming the plugin; ``timed_out`` is true exactly when the decision was the
 timeout's (the scheduler then writes ``PERMIT_TIMED_OUT_KEY`` into the pod's cycle state, so a
 plugin's Unreserve can tell a timeout from any other rejection); the registry is safe to use
-from any thread.
+from any thread. A pod stays registered until the scheduling thread has applied its binding
+cycle's outcome (Unreserve included), so a plugin's Permit can tell a member whose wait was
+decided rejected (``rejected``) from one still waiting or let through.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import ExitStack
 
 from apis.core import Pod
 from scheduler.framework.status import Code, Status
@@ -41,12 +45,25 @@ class WaitingPod:
         with self._lock:
             return sorted(self._pending)
 
+    @property
+    def rejected(self) -> bool:
+        """Decided, and not allowed (a plugin rejected it or its wait timed out): its bind
+        will never be sent, whatever it still holds until its Unreserve runs."""
+        with self._lock:
+            return self._is_rejected()
+
+    def _is_rejected(self) -> bool:
+        return self._decided.is_set() and self._result is not None
+
     def allow(self, plugin: str) -> None:
         with self._lock:
-            self._pending.pop(plugin, None)
-            if not self._pending and not self._decided.is_set():
-                self._result = None
-                self._decided.set()
+            self._allow(plugin)
+
+    def _allow(self, plugin: str) -> None:
+        self._pending.pop(plugin, None)
+        if not self._pending and not self._decided.is_set():
+            self._result = None
+            self._decided.set()
 
     def reject(self, plugin: str, message: str) -> bool:
         """Reject the pod unless it was decided already; True when it is (now) rejected, so
@@ -72,6 +89,22 @@ class WaitingPod:
                         self._result = Status(Code.UNSCHEDULABLE, (message,), plugin=plugin)
                         self.timed_out_plugin = plugin
                         self._decided.set()
+
+
+def allow_together(waiting: Iterable[WaitingPod], plugin: str) -> bool:
+    """``plugin`` allows every pod of ``waiting`` at once, or none of them when one was
+    already rejected (or timed out): a gang is let through whole or not at all. Each pod's
+    decision lock is held across the check and the allows (taken in uid order), so a timeout
+    decided in a bind worker cannot fall between them."""
+    ordered = sorted(waiting, key=lambda w: w.pod.uid)
+    with ExitStack() as locks:
+        for w in ordered:
+            locks.enter_context(w._lock)  # the module's own lock protocol
+        if any(w._is_rejected() for w in ordered):
+            return False
+        for w in ordered:
+            w._allow(plugin)
+    return True
 
 
 class WaitingPods:

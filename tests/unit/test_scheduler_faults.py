@@ -285,10 +285,12 @@ def test_after_stop_binding_no_bind_is_sent_and_reservations_are_released() -> N
 
 def test_a_pod_bound_then_deleted_behind_a_relist_releases_its_card() -> None:
     """a's bind succeeds, its "bound" event is lost, a is deleted, and the relist reports the
-    delete of the *unassigned* record the scheduler knew. Its card must be freed for b."""
-    truth = gpu_node_truth()
+    delete of the *unassigned* record the scheduler knew. Its card must be freed for b (once
+    a read of the name shows no same-name successor holding it: b may be turned away until
+    then, and is retried when the card is released)."""
+    truth, clock = gpu_node_truth(), SimulatedClock()
     adv = AdversarialCluster(truth)
-    with scheduler_on(adv) as sched:
+    with scheduler_on(adv, clock) as sched:
         truth.apply_pod(gpu_pod("a"))
         adv.deliver_all()
         sched.run_until_idle()
@@ -297,6 +299,8 @@ def test_a_pod_bound_then_deleted_behind_a_relist_releases_its_card() -> None:
         adv.relist()
         truth.apply_pod(gpu_pod("b"))
         adv.deliver_all()
+        sched.run_until_idle()
+        clock.advance(20)  # past b's backoff, far short of the unschedulable pool's flush
         sched.run_until_idle()
         assert truth.pods["default/b"].node_name == "g0"
         adv.deliver_all()
@@ -506,3 +510,54 @@ def test_a_bound_pod_deleted_before_its_bind_answered_wakes_the_pods_its_card_tu
         sched.run_until_idle()
         assert truth.pods["default/b"].node_name == "g0"
     assert_no_card_overcommitted(truth)
+
+
+# -- a 201 for a stale bind, with the old pod's delete seen only afterwards -----------------------
+
+
+def test_a_stale_bind_answered_201_before_the_delete_is_seen_never_overcommits() -> None:
+    """v1.20 binds by name: uid-1's bind lands on the re-created uid-2 and answers 201 before
+    the scheduler has seen either change, so uid-1 counts as bound. Then uid-1's delete
+    arrives, ahead of uid-2's bound event: the card is held by uid-2 through that binding and
+    must not be handed to z in between (chaos seed 371751008: two cards at 125 %)."""
+    truth, clock = gpu_node_truth(cards=1), SimulatedClock()
+    adv = AdversarialCluster(truth)
+    adv.ignore_binding_uid = True
+    adv.gate = threading.Event()
+    with scheduler_on(adv, clock, bind_workers=1) as sched:
+        truth.apply_pod(gpu_pod("web-0", uid="uid-1"))
+        adv.deliver_all()
+        assert sched.schedule_one()  # uid-1 assumed on the only card, its bind on the wire
+        truth.delete_pod("default/web-0")
+        truth.apply_pod(gpu_pod("web-0", uid="uid-2"))  # none of it seen yet
+        adv.gate.set()
+        assert sched.drain(block=True, timeout=10) == 1  # uid-1's outcome: 201, "bound"
+        assert truth.pods["default/web-0"].node_name == "g0"  # it landed on uid-2
+        adv.deliver(0)  # uid-1's delete, alone: uid-2's add and bound event still pending
+        truth.apply_pod(gpu_pod("z", uid="uid-z"))
+        adv.deliver(1)  # z's add (web-0's next change stays pending)
+        clock.advance(20)
+        for _ in range(5):
+            sched.run_until_idle()  # z must find no room while uid-2 holds the card
+            clock.advance(20)
+        adv.deliver_all()
+        sched.run_until_idle()
+        assert not truth.pods["default/z"].node_name
+    assert_no_card_overcommitted(truth)
+
+
+def test_close_survives_a_bind_that_answers_after_the_shutdown_wait() -> None:
+    """SIGTERM: stop_binding's wait runs out with a bind on the wire; the bind answers while
+    close() shuts the pool down. Its outcome (an event to write) must not raise out of close()
+    ("cannot schedule new futures after shutdown"): run's shutdown would stop half-way."""
+    truth = gpu_node_truth(cards=1)
+    adv = AdversarialCluster(truth)
+    adv.gate = threading.Event()
+    with scheduler_on(adv, bind_workers=1) as sched:
+        truth.apply_pod(gpu_pod("p", uid="uid-p"))
+        adv.deliver_all()
+        assert sched.schedule_one()
+        assert not sched.stop_binding(timeout=0.01)  # still on the wire
+        threading.Timer(0.1, adv.gate.set).start()
+        sched.close()  # waits for the bind, then applies its outcome
+        assert truth.pods["default/p"].node_name == "g0"

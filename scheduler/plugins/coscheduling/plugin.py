@@ -50,7 +50,7 @@ from scheduler.framework.events import (
 from scheduler.framework.interfaces import Handle, PreFilterExtensions, QueuedPodInfo
 from scheduler.framework.status import SKIP, Code, Status, unresolvable, unschedulable
 from scheduler.framework.types import NodeInfo
-from scheduler.framework.waiting import PERMIT_TIMED_OUT_KEY
+from scheduler.framework.waiting import PERMIT_TIMED_OUT_KEY, WaitingPod, allow_together
 from scheduler.plugins.coscheduling.samenode import PREFERRED_GPUS_KEY, GangPlacement, SameNode
 
 __all__ = ["Coscheduling"]
@@ -169,10 +169,13 @@ class Coscheduling:
         if not gang.pods:
             del self._gangs[gang_id]
 
-    def _counted(self, gang: _Gang) -> int:
+    def _counted(self, gang: _Gang, rejected: frozenset[str] | set[str] = frozenset()) -> int:
+        """Members that count towards min-available; ``rejected``: assumed members whose
+        Permit wait was decided rejected (they will never bind)."""
+        assumed = gang.assumed - rejected
         if gang.spec.match_policy == MATCH_ONLY_WAITING:
-            return len(gang.assumed - gang.bound)
-        return len(gang.assumed | gang.bound)
+            return len(assumed - gang.bound)
+        return len(assumed | gang.bound)
 
     # -- QueueSort --------------------------------------------------------------------------------
 
@@ -372,13 +375,30 @@ class Coscheduling:
         gang = self._gang(spec)
         if spec.match_policy == MATCH_ONCE_SATISFIED and gang.satisfied:
             return None, 0.0
+        # The group's waiting members. One whose wait was decided rejected (timed out in its
+        # bind worker, its Unreserve not yet run) is still assumed but will never bind: it
+        # does not count, or this pod would be let through with a partial gang.
+        waits: list[WaitingPod] = []
+        for waiting in self._handle.waiting_pods:
+            try:
+                other = self._spec(waiting.pod)
+            except GangSpecError:
+                continue
+            if other is not None and other.id in spec.groups:
+                waits.append(waiting)
+        rejected = {w.pod.uid for w in waits if w.rejected}
         short: list[str] = []
         for gang_id in spec.groups:
             member = self._gangs.get(gang_id)
-            have = self._counted(member) if member is not None else 0
+            have = self._counted(member, rejected) if member is not None else 0
             need = member.spec.min_available if member is not None else 1
             if have < need:
                 short.append(f"gang {gang_id}: {have}/{need} members assumed")
+        # All or nothing: a wait decided between the count and now fails the whole group.
+        if not short and not allow_together(
+            (w for w in waits if w.pod.uid not in rejected), self.name
+        ):
+            short.append("a member's wait ended while the group was completed")
         if short:
             message = "waiting for its gang group: " + "; ".join(short)
             self._handle.client.record_event(pod, "Normal", "GangWaiting", message)
@@ -387,13 +407,6 @@ class Coscheduling:
             member = self._gangs.get(gang_id)
             if member is not None:
                 member.satisfied = True
-        for waiting in self._handle.waiting_pods:
-            try:
-                other = self._spec(waiting.pod)
-            except GangSpecError:
-                continue
-            if other is not None and other.id in spec.groups:
-                waiting.allow(self.name)
         return None, 0.0
 
     def events_to_register(self) -> list[ClusterEvent]:

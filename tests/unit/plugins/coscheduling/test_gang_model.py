@@ -33,6 +33,7 @@ from apis.core import Pod
 from apis.gang import ANNOTATION_TIMEOUT, gang_of
 from apis.resources import GPU_CORE, GPU_MEMORY_RATIO
 from scheduler.config import parse_config
+from scheduler.framework.waiting import WaitingPod
 from scheduler.plugins.registry import default_plugins, in_tree_registry
 from scheduler.scheduler import Scheduler
 from scheduler.simulator.run import SimulatedClock
@@ -59,6 +60,26 @@ MEMBERS = [f"{g}-{i}" for g in GANGS for i in range(4)]
 PLAIN = [f"plain-{i}" for i in range(3)]
 SIZES = (50, 100)
 
+STRADDLE = "Straddle"
+
+
+class Straddle:
+    """A Filter plugin that, when armed, runs one held binding cycle (or write) in the middle
+    of the next scheduling cycle: a Permit wait that times out in its bind worker while
+    another member's cycle is under way — the interleaving a real worker pool produces."""
+
+    name = STRADDLE
+
+    def __init__(self, executor: ManualExecutor) -> None:
+        self.executor = executor
+        self.armed: int | None = None
+
+    def filter(self, state: Any, pod: Pod, node: Any) -> None:
+        if self.armed is not None:
+            i, self.armed = self.armed, None
+            self.executor.run(i)
+
+
 CONFIG: dict[str, Any] = {
     "apiVersion": "kubescheduler.config.k8s.io/v1",
     "kind": "KubeSchedulerConfiguration",
@@ -68,7 +89,7 @@ CONFIG: dict[str, Any] = {
             "plugins": {
                 "queueSort": {"enabled": [{"name": CS}], "disabled": [{"name": "*"}]},
                 "preFilter": {"enabled": [{"name": DS}, {"name": CS}]},
-                "filter": {"enabled": [{"name": DS}]},
+                "filter": {"enabled": [{"name": DS}, {"name": STRADDLE}]},
                 "preScore": {"enabled": [{"name": DS}]},
                 "score": {"enabled": [{"name": DS}]},
                 "reserve": {"enabled": [{"name": DS}, {"name": CS}]},
@@ -94,16 +115,26 @@ class GangsOnCards(RuleBasedStateMachine):
         )
         self.clock = SimulatedClock()
         self.executor = ManualExecutor()
+        self.straddle = Straddle(self.executor)
         self.sched = Scheduler(
             parse_config(CONFIG),
             self.truth,
-            in_tree_registry(),
+            in_tree_registry() | {STRADDLE: lambda args, handle: self.straddle},
             default_plugins(),
             clock=self.clock,
             rng=random.Random(0),
             executor=self.executor,
             max_in_flight=8,
         )
+        self.waits: dict[str, WaitingPod] = {}
+        """Every Permit wait by pod uid (the latest), kept after the scheduler drops it."""
+        register = self.sched.waiting_pods.add
+
+        def add(waiting: WaitingPod) -> None:
+            self.waits[waiting.pod.uid] = waiting
+            register(waiting)
+
+        self.sched.waiting_pods.add = add  # type: ignore[method-assign]
         self.uids = 0
         self.let_through: dict[str, set[str]] = {g: set() for g in GANGS}
         """Per gang, in its current life: uids ever seen past Permit (allowed or bound)."""
@@ -159,6 +190,15 @@ class GangsOnCards(RuleBasedStateMachine):
 
     @precondition(lambda self: bool(self.executor.tasks))
     @rule(i=st.integers(0, 10))
+    def a_bind_or_write_returns_during_a_cycle(self, i: int) -> None:
+        """One held binding cycle or write runs while the next pod's cycle is under way
+        (between its Filter and its Permit), as a worker does beside the scheduling thread."""
+        self.straddle.armed = i
+        self.sched.schedule_one()
+        self.straddle.armed = None
+
+    @precondition(lambda self: bool(self.executor.tasks))
+    @rule(i=st.integers(0, 10))
     def a_bind_or_write_returns(self, i: int) -> None:
         """One binding cycle (a held Permit wait ends: allowed, or timed out) or one cluster
         write (an event, a condition, a timeout mark) runs."""
@@ -186,7 +226,9 @@ class GangsOnCards(RuleBasedStateMachine):
             if not pods:
                 self.let_through[gang] = set()
             for pod in pods:
-                waiting = self.sched.waiting_pods.get(pod.uid)
+                # Allowed: assumed, and never parked at Permit or let go by every plugin (a
+                # wait that timed out or was rejected keeps its pending plugins).
+                waiting = self.waits.get(pod.uid)
                 allowed = self.sched.cache.is_assumed(pod) and (
                     waiting is None or not waiting.pending_plugins
                 )
@@ -270,5 +312,26 @@ def test_a_member_deleted_while_waiting_at_permit_does_not_complete_its_gang() -
             s.a_marked_pod_is_never_bound_afterwards()
             s.a_strict_gang_is_never_partly_bound()
             s.no_card_over_its_capacity()
+    finally:
+        s.teardown()
+
+
+def test_a_member_whose_wait_timed_out_is_not_counted_by_the_next_members_permit() -> None:
+    """b-0 waits at Permit for its gang (2 of 2, Strict); its wait times out in its bind
+    worker while b-1's scheduling cycle is under way, so b-0's Unreserve has not run yet when
+    b-1 reaches Permit. b-1 must not count b-0 (its wait is decided: rejected) and must not be
+    let through alone: before, b-1 was bound with a gang of one and b-0 was never retried."""
+    s = GangsOnCards()
+    try:
+        s.create_member("b-0", 50)
+        s.create_member("b-1", 50)
+        s.schedule(1)  # b-0 waits at Permit, its binding cycle held
+        assert len(s.executor.tasks) == 1
+        time.sleep(WAIT * 1.5)  # b-0's wait is past its deadline
+        s.a_bind_or_write_returns_during_a_cycle(0)  # b-0 times out during b-1's cycle
+        s.a_strict_gang_is_never_partly_bound()
+        s.time_passes_beyond_the_waiting_time()
+        s.a_strict_gang_is_never_partly_bound()
+        s.no_card_over_its_capacity()
     finally:
         s.teardown()
