@@ -146,6 +146,9 @@ class _BindOutcome:
     placed: Future[Placement] | None = None
     """Set for a placement decided elsewhere (``Scheduler.place``): the outcome goes to this
     future instead of the queue (no retry, no failure report: the caller owns the pod)."""
+    landed: bool = False
+    """"bound" read back from the API server under this UID (not only a 201, which a v1.20
+    server may have applied to a same-name successor)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -758,9 +761,11 @@ class Scheduler:
         except Exception as exc:  # never lose a pod to a bug in the binding cycle
             status = Status(Code.ERROR, (str(exc),), exc)
         resolution = self._resolve(assumed, status)
+        landed = resolution == "bound" and status is not None  # read back: bound, this UID
         self._inbox.put(
             _BindOutcome(
-                fwk, state, qpi, assumed, status, started, resolution, waiting is None, placed
+                fwk, state, qpi, assumed, status, started, resolution, waiting is None, placed,
+                landed,
             )
         )
 
@@ -772,9 +777,7 @@ class Scheduler:
         leadership lost or stopping), "rejected" (a Permit verdict), or "unknown" (uncertain
         and the pod could not be read before the scheduler stopped: keep everything)."""
         if status is None:
-            if assumed.uid in self._deleted_while_binding:
-                return self._where_it_landed(assumed)
-            return "bound"
+            return "bound"  # 201; on whom (v1.20 binds by name) only matters if it is deleted
         err = status.error
         if not isinstance(err, BindError):
             return "rejected" if status.is_rejected else "failed"
@@ -809,9 +812,10 @@ class Scheduler:
             return "failed"
 
     def _where_it_landed(self, assumed: Pod) -> str:
-        """A 201 for a pod deleted while its bind was in flight (worker thread): "successor"
-        when the pod of that name now is another incarnation bound by it (its allocation is
-        ours: hand it to the ledger before the old reservation goes), else "bound"."""
+        """A 201 for a pod since deleted (worker thread): "successor" when the pod of that name
+        now is another incarnation, bound (maybe by that very bind: its allocation is then
+        ours; the ledger learns it before the old reservation goes), else "bound"; "unknown"
+        when the API could not be read before the scheduler stopped."""
         pause = RESOLVE_BACKOFF[0]
         while True:
             try:
@@ -832,13 +836,14 @@ class Scheduler:
         self._binding.discard(uid)
         self.waiting_pods.remove(uid)
         self._hand_read_back_to_ledger(uid)
-        if outcome.resolution == "successor":
-            landed = Status(
-                Code.ERROR, (f"the binding landed on a re-created pod {outcome.assumed.key}",)
-            )
-            outcome = dataclasses.replace(outcome, resolution="gone", status=landed)
         self._finish_binding_outcome(outcome)
         self._deleted_while_binding.discard(uid)
+        if uid in self._deferred and outcome.resolution == "bound" and not outcome.landed:
+            # A 201 for a pod deleted meanwhile (before or after the worker saw the answer):
+            # it may have bound a same-name successor. Read the name before releasing.
+            del self._deferred[uid]
+            self._read_back_before_release(outcome.assumed)
+            return
         # A failed bind moved the waiting pods already, when it released its reservation.
         self._release_deferred(uid, outcome.resolution, move=outcome.resolution == "bound")
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, decode_allocations
@@ -62,6 +62,11 @@ class AdversarialCluster:
         self.ignore_binding_uid = False
         """Bind whatever pod has the name now, as a v1.20 API server does (it does not check a
         Binding's ``metadata.uid``): a stale bind lands on a same-name successor."""
+        self.fence: Callable[[], bool] | None = None
+        """When set, a leader-only write (bind, victim delete, nomination, gang mark) is sent
+        only while it answers True, as the kube adapter's lease fence: else nothing is sent
+        (binds and deletes raise ``BindError(fenced=True)``)."""
+        self.fenced_writes = 0
         self.truth.subscribe(self._record)
         self.pending.clear()  # the truth starts empty or is "seen" below
         for kind, objects in (
@@ -89,6 +94,7 @@ class AdversarialCluster:
             answer = self.bind_plan.popleft() if self.bind_plan else "ok"
         if self.gate is not None:  # the bind is "on the wire" until the test opens the gate
             assert self.gate.wait(60), "bind gate never opened"
+        self._check_fence(pod, "bind")
         with self._lock:
             if answer == "500":
                 raise BindError(f"binding {pod.key}: 500 etcdserver: request timed out")
@@ -115,13 +121,26 @@ class AdversarialCluster:
         self.truth.set_pod_scheduled_condition(pod, status, reason, message)
 
     def set_nominated_node(self, pod: Pod, node_name: str) -> None:
-        self.truth.set_nominated_node(pod, node_name)
+        if self._fence_open():
+            self.truth.set_nominated_node(pod, node_name)
 
     def delete_pod(self, pod: Pod) -> None:
+        self._check_fence(pod, "delete")
         self.truth.delete_pod(pod)
 
     def annotate_pod(self, pod: Pod, annotations: Mapping[str, str]) -> None:
+        self._check_fence(pod, "annotate")
         self.truth.annotate_pod(pod, annotations)
+
+    def _fence_open(self) -> bool:
+        if self.fence is None or self.fence():
+            return True
+        self.fenced_writes += 1
+        return False
+
+    def _check_fence(self, pod: Pod, what: str) -> None:
+        if not self._fence_open():
+            raise BindError(f"{what} {pod.key} not sent: leader lease lost", fenced=True)
 
     # -- the watch, as the test drives it ------------------------------------------------------
 
