@@ -28,6 +28,8 @@ Invariants:
   so an unschedulable pod retried every ten seconds costs no write when nothing changed.
 - ``delete_pod`` and ``annotate_pod`` (a timed-out gang's mark) are leader-only writes, fenced
   like a bind, with the pod's UID as a precondition (gone or re-created: dropped quietly).
+  ``set_nominated_node`` is fenced too (the next leader keeps room for a nominated pod), but a
+  closed fence drops it quietly instead of raising.
 - ``view()`` is a consistent-enough snapshot of the caches (each informer's own lock) for the
   device metrics and ``inspect``; it never blocks the informers for long.
 """
@@ -390,6 +392,8 @@ class KubeCluster:
         if self.fence is not None and not self.fence():
             if what == "binding":
                 log.warning("bind not sent: leader lease lost", pod=pod.key)
+            elif what == "nominating":  # dropped by the caller, not a failure of anything
+                log.info("nomination not sent: leader lease lost", pod=pod.key)
             else:
                 log.warning("write not sent: leader lease lost", pod=pod.key, write=what)
             raise BindError(
@@ -414,15 +418,24 @@ class KubeCluster:
 
     def set_nominated_node(self, pod: Pod, node_name: str) -> None:
         """Patch ``status.nominatedNodeName`` (null clears it); a pod gone or re-created
-        meanwhile is left alone (the UID precondition)."""
+        meanwhile is left alone (the UID precondition). Fenced like a bind, because the next
+        leader keeps room for a nominated pod: a closed fence sends nothing and returns quietly
+        (raising would only cut the caller's failure report short; the write is not retried)."""
         body: dict[str, Any] = {
             "metadata": {"uid": pod.uid},
             "status": {"nominatedNodeName": node_name or None},
         }
         try:
-            self.rest.request(
-                "PATCH", _pod_path(pod) + "/status", body=body, content_type=MERGE_PATCH
+            self._fenced_write(
+                pod,
+                "PATCH",
+                _pod_path(pod) + "/status",
+                what="nominating",
+                body=body,
+                content_type=MERGE_PATCH,
             )
+        except BindError:  # fenced: nothing was sent
+            return
         except ApiError as exc:
             if exc.status in (404, 409):
                 log.debug("nomination of a gone pod dropped", pod=pod.key, status=exc.status)

@@ -365,6 +365,26 @@ def test_the_nomination_is_a_status_patch(
     assert sent.body == {"metadata": {"uid": "u1"}, "status": {"nominatedNodeName": value}}
 
 
+@pytest.mark.parametrize("node", ["n1", ""], ids=["nominate", "clear"])
+def test_a_nomination_is_fenced(transport: FakeTransport, node: str) -> None:
+    """A deposed replica's nominatedNodeName would make the next leader keep room for it: a
+    closed fence (checked after the rate limiter's wait) sends nothing, and the caller's
+    failure report is not broken by it (no exception)."""
+    transport.on("PATCH", f"{POD_PATH}/status", json_response({}, 200))
+    fence = [True]
+    limiter = FenceFlippingLimiter(fence)
+    rest = RestClient(transport, limiter=limiter)  # type: ignore[arg-type]
+    KubeCluster(rest, None, fence=lambda: fence[0]).set_nominated_node(pod(), node)
+    assert limiter.acquired == 1
+    assert not transport.sent("PATCH", f"{POD_PATH}/status")
+
+
+def test_an_open_fence_lets_the_nomination_through(transport: FakeTransport) -> None:
+    transport.on("PATCH", f"{POD_PATH}/status", json_response({}, 200))
+    KubeCluster(RestClient(transport), None, fence=lambda: True).set_nominated_node(pod(), "n1")
+    assert len(transport.sent("PATCH", f"{POD_PATH}/status")) == 1
+
+
 @pytest.mark.parametrize(
     ("answer", "path"),
     [
