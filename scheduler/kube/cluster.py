@@ -66,6 +66,7 @@ from scheduler.kube.rest import (
 __all__ = [
     "BIND_MODES",
     "DEVICES_PATH",
+    "FENCED_WRITE_TIMEOUT",
     "NODES_PATH",
     "PODS_FIELD_SELECTOR",
     "PODS_PATH",
@@ -88,6 +89,10 @@ DEVICES_PATH = f"/apis/{DEVICE_API_VERSION}/{DEVICE_PLURAL}"
 POD_GROUPS_PATH = f"/apis/{POD_GROUP_API_VERSION}/podgroups"
 PODS_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
 BIND_MODES = ("binding", "patch")
+FENCED_WRITE_TIMEOUT = 10.0
+"""Seconds a leader-only write (bind, victim delete, gang mark, nomination) may take, from
+the request's start to its answer, connection included; then its outcome is uncertain (read
+back). The bound a new leader waits out after taking over an expired lease (leader.py)."""
 
 
 def node_spec() -> ResourceSpec:
@@ -266,6 +271,7 @@ class KubeCluster:
         fence: Callable[[], bool] | None = None,
         pdbs: Informer | None = None,
         pod_groups: Informer | None = None,
+        write_timeout: float = FENCED_WRITE_TIMEOUT,
     ) -> None:
         if bind_mode not in BIND_MODES:
             raise ValueError(f"bind_mode must be one of {BIND_MODES}, got {bind_mode!r}")
@@ -274,6 +280,8 @@ class KubeCluster:
         self._unlimited = rest.with_limiter(None)
         self.fence = fence
         """Checked immediately before each bind write; None: no leader election."""
+        self.write_timeout = write_timeout
+        """The whole time a fenced write may take (``FENCED_WRITE_TIMEOUT``)."""
         self.recorder = recorder
         self.bind_mode = bind_mode
         if informers is None:
@@ -400,7 +408,15 @@ class KubeCluster:
                 f"{what} {pod.key}: not sent, this replica no longer holds the leader lease",
                 fenced=True,
             )
-        self._unlimited.request(method, path, **kwargs)
+        self._unlimited.request(method, path, timeout=self.write_timeout, **kwargs)
+
+    def quorum_pods_rv(self) -> str:
+        """The resourceVersion of a consistent read of the pods (no ``resourceVersion``
+        parameter: served from etcd, never from the watch cache): etcd's revision at the
+        moment of the read. One item is enough, the list's metadata carries the version (the
+        first page of a paginated list too). A new leader's catch-up target (leader.py)."""
+        doc = self.rest.request("GET", PODS_PATH, query={"limit": "1"})
+        return str((doc.get("metadata") or {}).get("resourceVersion") or "")
 
     def lookup_pod(self, pod: Pod) -> Pod | None:
         """GET the pod from the API server (not the cache); None on 404."""
