@@ -5,15 +5,20 @@ clock with a fake of the informer's side (``PodFeed``)."""
 from __future__ import annotations
 
 import random
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
+from scheduler.kube.cluster import PODS_PATH, KubeCluster, pod_spec
+from scheduler.kube.informer import Informer
 from scheduler.kube.leader import CatchUp, in_flight_settle, rv_reached
 from scheduler.kube.ratelimit import Backoff
-from scheduler.kube.rest import KubeError, TransportError
+from scheduler.kube.rest import KubeError, RestClient, TransportError
 from tests.fakes import FakeClock
+from tests.unit.kube.kube_fakes import FakeStream, FakeTransport, event, object_list
 
 RELIST_AFTER = 1.0
 
@@ -247,3 +252,111 @@ def test_the_thread_retries_until_the_list_succeeds() -> None:
     finally:
         g.stop()
     assert not g.alive
+
+
+# -- with the real pod informer and the real quorum LIST, at the HTTP boundary -----------------
+
+
+class HeldStream(FakeStream):
+    """A watch whose events are held back until ``release`` is set (a lagging watch)."""
+
+    def __init__(self, chunks: list[bytes], release: threading.Event) -> None:
+        super().__init__(chunks, end=False)
+        self.release = release
+
+    def chunks(self) -> Iterator[bytes]:
+        self.release.wait(10)
+        yield from super().chunks()
+
+
+def kube_pod(name: str, uid: str, rv: str, node: str = "") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "ns", "uid": uid, "resourceVersion": rv},
+        "spec": {"schedulerName": "koord-scheduler", "nodeName": node},
+        "status": {"phase": "Pending"},
+    }
+
+
+def kube_setup(transport: FakeTransport) -> tuple[KubeCluster, Informer]:
+    rest = RestClient(transport)
+    pods = Informer(rest, pod_spec(), backoff=Backoff(0.01, 0.02, rng=random.Random(0)))
+    cluster = KubeCluster(rest, None, informers=(pods, pods, pods))  # for quorum_pods_rv only
+    pods.start()
+    assert pods.wait_for_sync(5)
+    return cluster, pods
+
+
+def wait_until(predicate: Callable[[], bool]) -> None:
+    for _ in range(500):
+        if predicate():
+            return
+        time.sleep(0.01)
+    raise AssertionError("condition not reached")
+
+
+def test_a_stale_uid_binding_behind_the_list_is_applied_before_scheduling() -> None:
+    """The old leader's last bind was sent for p1's first incarnation and landed on its
+    same-name successor (v1.20 binds by name). B's watch has not delivered the delete, the
+    re-creation nor the binding: not caught up until all three are applied, and by then B's
+    cache holds the successor bound."""
+    transport, release = FakeTransport(), threading.Event()
+    transport.on(
+        "GET",
+        PODS_PATH,
+        object_list([kube_pod("p1", "uid-1", "9"), kube_pod("p2", "uid-p2", "10")], rv="10"),
+        object_list([kube_pod("p1", "uid-2", "13", node="g0")], rv="13", cont="more"),
+    )
+    transport.on_watch(
+        PODS_PATH,
+        HeldStream(
+            [
+                event("DELETED", kube_pod("p1", "uid-1", "11")),
+                event("ADDED", kube_pod("p1", "uid-2", "12")),
+                event("MODIFIED", kube_pod("p1", "uid-2", "13", node="g0")),
+            ],
+            release,
+        ),
+    )
+    cluster, pods = kube_setup(transport)
+    try:
+        g = CatchUp(cluster.quorum_pods_rv, pods, relist_after=60.0)
+        g.leading_changed(True)
+        g.step()
+        assert "need 13" in (g.waiting() or "")
+        assert not g.caught_up()
+        release.set()
+        wait_until(g.caught_up)
+        p1 = pods.get("ns/p1")
+        assert p1 is not None and (p1.uid, p1.node_name) == ("uid-2", "g0")
+        assert len(transport.sent("GET", PODS_PATH)) == 2  # no relist was needed
+    finally:
+        pods.stop()
+        release.set()
+
+
+def test_a_quiet_pod_watch_is_relisted_then_caught_up() -> None:
+    transport = FakeTransport()
+    transport.on(
+        "GET",
+        PODS_PATH,
+        object_list([kube_pod("p1", "uid-1", "9")], rv="10"),  # the informer's list
+        object_list([kube_pod("p1", "uid-1", "9")], rv="25"),  # the quorum LIST
+        object_list([kube_pod("p1", "uid-1", "9")], rv="26"),  # the relist
+    )
+    cluster, pods = kube_setup(transport)
+    try:
+        clock = FakeClock()
+        g = CatchUp(cluster.quorum_pods_rv, pods, clock=clock.now, relist_after=RELIST_AFTER)
+        g.leading_changed(True)
+        g.step()
+        clock.advance(RELIST_AFTER)
+        g.step()
+        wait_until(g.caught_up)
+        assert pods.resource_version == "26"
+        assert [r.query.get("limit") for r in transport.sent("GET", PODS_PATH)] == [
+            "500",
+            "1",
+            "500",
+        ]
+    finally:
+        pods.stop()
