@@ -26,6 +26,41 @@ Invariants:
   rolling restart hands over at once instead of after a lease duration.
 - Times written are ``metav1.MicroTime`` in UTC; the clock and the store are injected (tests
   use a fake clock and an in-memory store).
+
+Taking over (``CatchUp``; issue 23):
+
+- A new leader's pod watch may be behind the old leader's last writes while in order (it has
+  a pod's add, not its binding); scheduling from that view puts a second pod on the card the
+  binding took. So each time this replica becomes leader, scheduling (``run``'s ``ready()``,
+  the extender's ``leading``) waits until the pod informer has applied every event up to a
+  quorum read made *after* the acquisition: a LIST of pods with ``limit=1`` and no
+  ``resourceVersion`` (served from etcd, never the watch cache; a paginated list's
+  ``metadata.resourceVersion`` is etcd's revision at the read) gives R. Caught up when the
+  informer's last-seen version >= R compared as integers (etcd revisions; the API server's
+  watch cache compares them so), or, for versions that are not numbers, equal to R; or when
+  a list of the informer's that *started* after the LIST returned has been delivered. R is
+  etcd's global revision, above our own Lease write, so a watch with no pod change never
+  reaches it (a v1.20 watch cache sends a bookmark only 2 s before the watch's timeout, at its
+  last pod event's version): after ``CATCH_UP_RELIST_AFTER`` the informer relists once. A
+  failed LIST is retried with backoff, never scheduling meanwhile; /readyz (check
+  ``leader-catch-up``) says what is awaited.
+- That covers every write the API server had applied before our LIST, the old leader's
+  last bind included. A stale-UID binding (v1.20 binds by name: a Binding for a deleted pod
+  lands on its same-name successor) is one more event of that pod before R, applied like
+  the others. A graceful hand-over releases the Lease only when no bind is on the wire (each
+  got its answer, so it was applied or refused before the release, hence before R).
+- Writes still on the wire. The deposed leader's fence stops new writes: one passes it before
+  ``r + renew_deadline`` and a standby takes over at ``o + lease_duration`` (``o >= r``, see
+  above), so at least ``lease_duration - renew_deadline`` (5 s by default) after the last
+  fence pass. A fenced write is sent at once and waited for ``FENCED_WRITE_TIMEOUT`` (10 s from
+  the request's start, connecting included; scheduler/kube/cluster.py). That is longer than
+  the margin, so a replica that takes over an *expired* lease (``took_over_from``; a released
+  one proves nothing is on the wire) makes its LIST ``in_flight_settle`` (timeout - margin,
+  5 s by default) later: after the old leader's client gave up on its last write. This covers
+  a write held up by the network or a slow connect for up to the timeout; it cannot cover one
+  the API server received in time and applies later (the client's timeout does not bound the
+  server), nor a process frozen between its fence check and the send. Kubernetes has no
+  fencing token a write could carry; that residue is kube-scheduler's too.
 """
 
 from __future__ import annotations
