@@ -110,7 +110,7 @@ def _serve_cluster(args: argparse.Namespace, *, extender: bool) -> int:
     from scheduler.health import Check, HealthServer
     from scheduler.kube.cluster import KubeCluster, bind_permission_problem
     from scheduler.kube.events import EventRecorder
-    from scheduler.kube.leader import KubeLeaseStore, LeaderElector
+    from scheduler.kube.leader import CatchUp, KubeLeaseStore, LeaderElector, in_flight_settle
     from scheduler.kube.ratelimit import TokenBucket
     from scheduler.kube.rest import CredentialsError, RestClient, Urllib3Transport, load_credentials
     from scheduler.metrics import SchedulerMetrics
@@ -167,8 +167,22 @@ def _serve_cluster(args: argparse.Namespace, *, extender: bool) -> int:
     stop = threading.Event()
     lost_lease = threading.Event()
     shutting_down = threading.Event()
+    # A new leader schedules only once its pod informer has caught up with a quorum read made
+    # after the acquisition (scheduler/kube/leader.py, CatchUp).
+    catch_up = CatchUp(cluster.quorum_pods_rv, cluster.pods) if le.leader_elect else None
+
+    def caught_up() -> bool:
+        return catch_up is None or catch_up.caught_up()
 
     def on_leading(leading: bool) -> None:
+        if catch_up is not None:
+            # An expired (unreleased) lease: the deposed leader's writes may be on the wire.
+            settle = 0.0
+            if leading and elector is not None and elector.took_over_from:
+                settle = in_flight_settle(
+                    cluster.write_timeout, le.lease_duration, le.renew_deadline
+                )
+            catch_up.leading_changed(leading, settle)
         # Called only on transitions: False means we led and lost (OnStoppedLeading). The
         # fence already refuses binds; stop, and exit so a supervisor restarts us clean.
         if not leading and not shutting_down.is_set():
@@ -194,6 +208,8 @@ def _serve_cluster(args: argparse.Namespace, *, extender: bool) -> int:
         dead = [i.kind for i in cluster.informers if not i.alive]
         if elector is not None and not elector.alive:
             dead.append("leader-elector")
+        if catch_up is not None and not catch_up.alive:
+            dead.append("leader-catch-up")
         if not scheduler_thread.is_alive():
             dead.append("scheduler")
         return f"threads not running: {', '.join(dead)}" if dead else None
@@ -226,7 +242,7 @@ def _serve_cluster(args: argparse.Namespace, *, extender: bool) -> int:
             engine = ExtenderEngine(
                 sched,
                 profile,
-                leading=lambda: fence() and cluster.synced(),
+                leading=lambda: fence() and cluster.synced() and caught_up(),
                 lookup_pod=cluster.lookup_pod,
                 timeout=args.bind_timeout,
             )
@@ -255,6 +271,7 @@ def _serve_cluster(args: argparse.Namespace, *, extender: bool) -> int:
                 Check("ping", lambda: None),
                 Check("informer-sync", caches),
                 Check("leader-election", leadership),
+                Check("leader-catch-up", lambda: None if catch_up is None else catch_up.waiting()),
             ],
             metrics=metrics.write_exposition,
             explain=lambda ns, name, output: _explain_live(sched, cluster, ns, name, output),
@@ -278,6 +295,8 @@ def _serve_cluster(args: argparse.Namespace, *, extender: bool) -> int:
     )
     server.start()
     cluster.start()
+    if catch_up is not None:
+        catch_up.start()  # before the elector: it is told of every acquisition
     if elector is not None:
         elector.start()
     if ext_server is not None:
@@ -287,7 +306,7 @@ def _serve_cluster(args: argparse.Namespace, *, extender: bool) -> int:
     def ready() -> bool:
         if extender:
             return False  # never pop our own queue: kube-scheduler decides, we answer
-        return cluster.synced() and (elector is None or elector.leading)
+        return cluster.synced() and (elector is None or elector.leading) and caught_up()
 
     try:
         sched.run(stop, ready)
@@ -301,6 +320,8 @@ def _serve_cluster(args: argparse.Namespace, *, extender: bool) -> int:
             if not drained:
                 log.warning("binds still in flight at shutdown: the Lease is left to expire")
             elector.stop(release=drained and not lost_lease.is_set())
+        if catch_up is not None:
+            catch_up.stop()
         if ext_server is not None:
             ext_server.stop()
         cluster.stop()

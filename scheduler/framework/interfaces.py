@@ -71,7 +71,9 @@ class ClusterClient(Protocol):
     ) -> None: ...
 
     def set_nominated_node(self, pod: Pod, node_name: str) -> None:
-        """Write ``status.nominatedNodeName`` (an empty name clears it)."""
+        """Write ``status.nominatedNodeName`` (an empty name clears it). A leader-only write
+        (the next leader keeps room for a nominated pod): a replica that lost its lease sends
+        nothing, without an error."""
         ...
 
     def delete_pod(self, pod: Pod) -> None:

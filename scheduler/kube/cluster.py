@@ -28,6 +28,8 @@ Invariants:
   so an unschedulable pod retried every ten seconds costs no write when nothing changed.
 - ``delete_pod`` and ``annotate_pod`` (a timed-out gang's mark) are leader-only writes, fenced
   like a bind, with the pod's UID as a precondition (gone or re-created: dropped quietly).
+  ``set_nominated_node`` is fenced too (the next leader keeps room for a nominated pod), but a
+  closed fence drops it quietly instead of raising.
 - ``view()`` is a consistent-enough snapshot of the caches (each informer's own lock) for the
   device metrics and ``inspect``; it never blocks the informers for long.
 """
@@ -64,6 +66,7 @@ from scheduler.kube.rest import (
 __all__ = [
     "BIND_MODES",
     "DEVICES_PATH",
+    "FENCED_WRITE_TIMEOUT",
     "NODES_PATH",
     "PODS_FIELD_SELECTOR",
     "PODS_PATH",
@@ -86,6 +89,10 @@ DEVICES_PATH = f"/apis/{DEVICE_API_VERSION}/{DEVICE_PLURAL}"
 POD_GROUPS_PATH = f"/apis/{POD_GROUP_API_VERSION}/podgroups"
 PODS_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
 BIND_MODES = ("binding", "patch")
+FENCED_WRITE_TIMEOUT = 10.0
+"""Seconds a leader-only write (bind, victim delete, gang mark, nomination) may take, from
+the request's start to its answer, connection included; then its outcome is uncertain (read
+back). The bound a new leader waits out after taking over an expired lease (leader.py)."""
 
 
 def node_spec() -> ResourceSpec:
@@ -264,6 +271,7 @@ class KubeCluster:
         fence: Callable[[], bool] | None = None,
         pdbs: Informer | None = None,
         pod_groups: Informer | None = None,
+        write_timeout: float = FENCED_WRITE_TIMEOUT,
     ) -> None:
         if bind_mode not in BIND_MODES:
             raise ValueError(f"bind_mode must be one of {BIND_MODES}, got {bind_mode!r}")
@@ -272,6 +280,8 @@ class KubeCluster:
         self._unlimited = rest.with_limiter(None)
         self.fence = fence
         """Checked immediately before each bind write; None: no leader election."""
+        self.write_timeout = write_timeout
+        """The whole time a fenced write may take (``FENCED_WRITE_TIMEOUT``)."""
         self.recorder = recorder
         self.bind_mode = bind_mode
         if informers is None:
@@ -390,13 +400,23 @@ class KubeCluster:
         if self.fence is not None and not self.fence():
             if what == "binding":
                 log.warning("bind not sent: leader lease lost", pod=pod.key)
+            elif what == "nominating":  # dropped by the caller, not a failure of anything
+                log.info("nomination not sent: leader lease lost", pod=pod.key)
             else:
                 log.warning("write not sent: leader lease lost", pod=pod.key, write=what)
             raise BindError(
                 f"{what} {pod.key}: not sent, this replica no longer holds the leader lease",
                 fenced=True,
             )
-        self._unlimited.request(method, path, **kwargs)
+        self._unlimited.request(method, path, timeout=self.write_timeout, **kwargs)
+
+    def quorum_pods_rv(self) -> str:
+        """The resourceVersion of a consistent read of the pods (no ``resourceVersion``
+        parameter: served from etcd, never from the watch cache): etcd's revision at the
+        moment of the read. One item is enough, the list's metadata carries the version (the
+        first page of a paginated list too). A new leader's catch-up target (leader.py)."""
+        doc = self.rest.request("GET", PODS_PATH, query={"limit": "1"})
+        return str((doc.get("metadata") or {}).get("resourceVersion") or "")
 
     def lookup_pod(self, pod: Pod) -> Pod | None:
         """GET the pod from the API server (not the cache); None on 404."""
@@ -414,15 +434,24 @@ class KubeCluster:
 
     def set_nominated_node(self, pod: Pod, node_name: str) -> None:
         """Patch ``status.nominatedNodeName`` (null clears it); a pod gone or re-created
-        meanwhile is left alone (the UID precondition)."""
+        meanwhile is left alone (the UID precondition). Fenced like a bind, because the next
+        leader keeps room for a nominated pod: a closed fence sends nothing and returns quietly
+        (raising would only cut the caller's failure report short; the write is not retried)."""
         body: dict[str, Any] = {
             "metadata": {"uid": pod.uid},
             "status": {"nominatedNodeName": node_name or None},
         }
         try:
-            self.rest.request(
-                "PATCH", _pod_path(pod) + "/status", body=body, content_type=MERGE_PATCH
+            self._fenced_write(
+                pod,
+                "PATCH",
+                _pod_path(pod) + "/status",
+                what="nominating",
+                body=body,
+                content_type=MERGE_PATCH,
             )
+        except BindError:  # fenced: nothing was sent
+            return
         except ApiError as exc:
             if exc.status in (404, 409):
                 log.debug("nomination of a gone pod dropped", pod=pod.key, status=exc.status)

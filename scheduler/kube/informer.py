@@ -22,6 +22,11 @@ Invariants:
 - Namespaced objects are keyed ``namespace/name`` (the decoders' keys), cluster-scoped ones by
   name, for deletes as for adds.
 - ``start()`` starts the one thread and ``stop()`` ends it (closing a blocked watch stream).
+- ``relist()`` closes the watch and lists afresh (a new leader's catch-up gate asks for it when
+  a quiet watch cannot prove it has reached a given resourceVersion). Lists are numbered as
+  they start (``lists_started``); ``list_delivered`` is the number of the latest list whose
+  result has been delivered, so "a list that started after moment M has been applied" is
+  ``list_delivered > lists_started`` read at M.
 """
 
 from __future__ import annotations
@@ -110,6 +115,11 @@ class Informer:
         self.last_error = "not started"
         self.decode_errors = 0
         self.relists = 0
+        self.lists_started = 0
+        """Lists begun (numbered as they start; see ``list_delivered``)."""
+        self.list_delivered = 0
+        """The number of the latest list whose result was delivered to the subscribers."""
+        self._relist = threading.Event()
         self._absent_retry = absent_retry
         self.absent = False
         """True while an optional resource is not served (404)."""
@@ -164,6 +174,13 @@ class Informer:
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    def relist(self) -> None:
+        """List afresh now instead of waiting on the watch (see the module docstring)."""
+        self._relist.set()  # set before the stream is read: ``_watch`` checks it after opening
+        stream = self._stream
+        if stream is not None:
+            stream.close()
+
     # -- the loop -------------------------------------------------------------------------------
 
     def _run(self) -> None:
@@ -171,12 +188,15 @@ class Informer:
         gone_in_a_row = 0
         while not self._stop.is_set():
             try:
-                if need_list:
+                if need_list or self._relist.is_set():
+                    self._relist.clear()
                     self._list_and_replace()
                     need_list = False
                 started = time.monotonic()
                 self._watch()
                 gone_in_a_row = 0
+                if self._relist.is_set():
+                    continue  # ended by relist(): list at once
                 if time.monotonic() - started < 1.0:  # a server that ends watches at once
                     self._stop.wait(self._backoff.next())
             except _Gone:
@@ -243,6 +263,8 @@ class Informer:
         return query
 
     def _list_and_replace(self) -> None:
+        self.lists_started += 1
+        number = self.lists_started
         records: dict[str, Record] = {}
 
         def keep(obj: Mapping[str, Any]) -> None:
@@ -253,6 +275,7 @@ class Informer:
         rv, _ = list_objects(self.rest, self.spec, self._page_size, each=keep)
         self._replace(records)
         self._rv = rv
+        self.list_delivered = number
         self.relists += 1
         if self.absent:
             log.info("resource served again", resource=self.kind, path=self.spec.path)
@@ -282,12 +305,12 @@ class Informer:
             raise
         self._stream = stream
         try:
-            if self._stop.is_set():
+            if self._stop.is_set() or self._relist.is_set():
                 return
             self.healthy = True
             self.last_error = ""
             for etype, obj in stream:
-                if self._stop.is_set():
+                if self._stop.is_set() or self._relist.is_set():
                     return
                 self._handle(etype, obj)
                 self._backoff.reset()

@@ -14,7 +14,9 @@ Invariants:
 - A non-2xx answer raises ``ApiError`` (HTTP status, the Status ``reason`` and ``message``);
   a connection-level failure (refused, reset, timeout, TLS) raises ``TransportError``. Both
   are ``KubeError``. urllib3's own retries are off: callers decide what to retry.
-- Requests (not watch streams) take a token from the client's ``TokenBucket`` first.
+- Requests (not watch streams) take a token from the client's ``TokenBucket`` first. A
+  request's timeout counts from its start, connecting included: no answer is waited for
+  longer (the API server may still apply a write it received; see scheduler/kube/leader.py).
 - The transport is injectable: tests use a fake at this HTTP boundary (``Transport``).
 """
 
@@ -321,7 +323,9 @@ class Urllib3Transport:
                 self._base + path,
                 body=body,
                 headers=dict(headers),
-                timeout=urllib3.Timeout(connect=min(timeout, 10.0), read=timeout),
+                # ``total``: connecting counts against the timeout too, so no answer
+                # (status line) comes later than ``timeout`` after the request started.
+                timeout=urllib3.Timeout(total=timeout, connect=min(timeout, 10.0), read=timeout),
                 retries=False,
                 redirect=False,
                 preload_content=False,

@@ -10,6 +10,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from scheduler.kube.cluster import FENCED_WRITE_TIMEOUT
+from scheduler.kube.leader import in_flight_settle
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_scheduler_harness import (
     Kube,
@@ -105,13 +108,17 @@ def test_only_the_leader_binds_and_the_standby_takes_over(
         wait_for("the standby to bind the new pods", lambda: bound("b-", 20), 30)
         took = time.monotonic() - killed_at
         # The lease expires LEASE seconds after the standby last saw it renewed; then one retry
-        # period at most, plus the scheduling loop's wake-up.
-        assert took < LEASE + 2 * RETRY + 3, f"takeover took {took:.1f}s"
+        # period at most; then, as the lease expired unreleased, the wait for writes of the
+        # killed leader still on the wire and the catch-up (a LIST, a relist after 1 s), plus
+        # the scheduling loop's wake-up.
+        settle = in_flight_settle(FENCED_WRITE_TIMEOUT, LEASE, RENEW)
+        assert took < LEASE + 2 * RETRY + settle + 4, f"takeover took {took:.1f}s"
         assert kube.get(lease_path)["spec"]["holderIdentity"] == "replica-b"
         assert {line["pod"] for line in standby.events_named("bound")} == {
             f"{ns}/b-{i}" for i in range(20)
         }
         assert standby.events_named("became leader")
+        assert standby.events_named("leader: caught up with the cluster, scheduling")
     finally:
         leader.kill()
         standby.stop()

@@ -45,6 +45,7 @@ class Request:
     query: dict[str, str]
     headers: dict[str, str]
     body: Any
+    timeout: float = 0.0
 
 
 class FakeStream:
@@ -121,7 +122,14 @@ class FakeTransport:
         bare, query = self._split(path)
         with self._lock:
             self.requests.append(
-                Request(method, bare, query, dict(headers), json.loads(body) if body else None)
+                Request(
+                    method,
+                    bare,
+                    query,
+                    dict(headers),
+                    json.loads(body) if body else None,
+                    timeout,
+                )
             )
             script = self._responses.get((method, bare))
             if not script:

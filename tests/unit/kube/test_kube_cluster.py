@@ -14,6 +14,7 @@ from scheduler.framework.events import Change
 from scheduler.framework.interfaces import BindError
 from scheduler.kube.cluster import (
     DEVICES_PATH,
+    FENCED_WRITE_TIMEOUT,
     NODES_PATH,
     PODS_PATH,
     KubeCluster,
@@ -172,6 +173,43 @@ def test_an_open_fence_lets_the_bind_through(transport: FakeTransport) -> None:
     cluster = KubeCluster(RestClient(transport), None, fence=lambda: True)
     cluster.bind(pod(), "n1", {})
     assert len(transport.sent("POST", f"{POD_PATH}/binding")) == 1
+
+
+def test_the_quorum_list_asks_for_one_pod_without_a_resource_version(
+    transport: FakeTransport,
+) -> None:
+    """No resourceVersion: a consistent read from etcd (never the watch cache); limit=1 keeps
+    it cheap: a paginated list still carries the list's (etcd's current) resourceVersion."""
+    transport.replace("GET", PODS_PATH, object_list([raw_pod()], rv="4711", cont="next"))
+    assert KubeCluster(RestClient(transport), None).quorum_pods_rv() == "4711"
+    (sent,) = transport.sent("GET", PODS_PATH)
+    assert sent.query == {"limit": "1"}
+
+
+@pytest.mark.parametrize(
+    ("write", "path"),
+    [
+        (lambda c: c.bind(pod(), "n1", {}), f"{POD_PATH}/binding"),
+        (lambda c: c.delete_pod(pod()), POD_PATH),
+        (lambda c: c.annotate_pod(pod(), {"a": "b"}), POD_PATH),
+        (lambda c: c.set_nominated_node(pod(), "n1"), f"{POD_PATH}/status"),
+    ],
+    ids=["bind", "delete", "annotate", "nominate"],
+)
+def test_fenced_writes_have_a_finite_timeout_of_their_own(
+    transport: FakeTransport, write: Any, path: str
+) -> None:
+    """The bound a new leader waits out after taking over an expired lease (leader.py)."""
+    for method in ("POST", "DELETE", "PATCH"):
+        transport.on(method, path, json_response({}, 200))
+    rest = RestClient(transport, timeout=60.0)
+    write(KubeCluster(rest, None, fence=lambda: True, write_timeout=7.5))
+    assert [r.timeout for r in transport.requests] == [7.5]
+
+
+def test_the_default_write_timeout_is_the_documented_one() -> None:
+    assert KubeCluster(RestClient(FakeTransport()), None).write_timeout == FENCED_WRITE_TIMEOUT
+    assert FENCED_WRITE_TIMEOUT == 10.0  # docs/failure-model.md, leader.py state this bound
 
 
 def test_lookup_pod_reads_the_api_server(transport: FakeTransport) -> None:
@@ -363,6 +401,26 @@ def test_the_nomination_is_a_status_patch(
     KubeCluster(RestClient(transport), None).set_nominated_node(pod(), node)
     (sent,) = transport.sent("PATCH", f"{POD_PATH}/status")
     assert sent.body == {"metadata": {"uid": "u1"}, "status": {"nominatedNodeName": value}}
+
+
+@pytest.mark.parametrize("node", ["n1", ""], ids=["nominate", "clear"])
+def test_a_nomination_is_fenced(transport: FakeTransport, node: str) -> None:
+    """A deposed replica's nominatedNodeName would make the next leader keep room for it: a
+    closed fence (checked after the rate limiter's wait) sends nothing, and the caller's
+    failure report is not broken by it (no exception)."""
+    transport.on("PATCH", f"{POD_PATH}/status", json_response({}, 200))
+    fence = [True]
+    limiter = FenceFlippingLimiter(fence)
+    rest = RestClient(transport, limiter=limiter)  # type: ignore[arg-type]
+    KubeCluster(rest, None, fence=lambda: fence[0]).set_nominated_node(pod(), node)
+    assert limiter.acquired == 1
+    assert not transport.sent("PATCH", f"{POD_PATH}/status")
+
+
+def test_an_open_fence_lets_the_nomination_through(transport: FakeTransport) -> None:
+    transport.on("PATCH", f"{POD_PATH}/status", json_response({}, 200))
+    KubeCluster(RestClient(transport), None, fence=lambda: True).set_nominated_node(pod(), "n1")
+    assert len(transport.sent("PATCH", f"{POD_PATH}/status")) == 1
 
 
 @pytest.mark.parametrize(

@@ -165,6 +165,34 @@ def test_watch_end_resumes_from_the_last_resource_version(
     assert len(transport.sent("GET", NODES)) == 1  # no relist
 
 
+def test_relist_replaces_a_quiet_watch_with_a_fresh_list(
+    transport: FakeTransport, make: Callable[..., Informer]
+) -> None:
+    """A new leader's catch-up gate asks for a relist when the watch proves nothing (a quiet
+    watch never reaches a later resourceVersion): the open watch is closed, a list is made
+    and delivered as changes, and the watch resumes from that list's version."""
+    transport.on(
+        "GET",
+        NODES,
+        object_list([node("a", "5")], rv="7"),
+        object_list([node("a", "9"), node("b", "8")], rv="20"),
+    )
+    inf = make()
+    rec = Recorder()
+    inf.subscribe(rec)
+    inf.start()
+    assert rec.take(1) == [("ADD", "a", "5")]
+    wait(lambda: len(transport.open_streams) == 1)  # a quiet watch, open until closed
+    assert (inf.lists_started, inf.list_delivered) == (1, 1)
+    mark = inf.lists_started
+    inf.relist()
+    assert rec.take(2) == [("UPDATE", "a", "9"), ("ADD", "b", "8")]
+    wait(lambda: len(transport.watches) == 2)
+    assert transport.open_streams[0].closed.is_set()
+    assert inf.resource_version == "20" and inf.list_delivered > mark
+    assert transport.watches[1].query["resourceVersion"] == "20"
+
+
 @pytest.mark.parametrize("how", ["error-event", "http-410"])
 def test_gone_relists_and_synthesises_deletes(
     transport: FakeTransport, make: Callable[..., Informer], how: str

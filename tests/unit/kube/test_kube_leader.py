@@ -183,6 +183,24 @@ def test_release_hands_over_at_once() -> None:
     assert not a.release()  # not ours any more
 
 
+def test_an_acquisition_says_whether_it_took_over_an_unreleased_lease() -> None:
+    """A released Lease (sent only with no bind on the wire) or a new one: nothing of the
+    previous holder can still land; an expired one: its writes may still be on the wire."""
+    store, clock = MemoryLease(), FakeClock()
+    a, b, c = elector(store, clock, "a"), elector(store, clock, "b"), elector(store, clock, "c")
+    assert a.try_acquire_or_renew() and a.took_over_from == ""  # created
+    assert a.release()
+    assert b.try_acquire_or_renew() and b.took_over_from == ""  # released
+    assert not c.try_acquire_or_renew()
+    clock.advance(LEASE + 0.1)  # b stops renewing: expired
+    assert c.try_acquire_or_renew() and c.took_over_from == "b"
+    store.down = True
+    clock.advance(RENEW)  # c lapses; its own record stays untouched
+    assert not c.leading
+    store.down = False
+    assert c.try_acquire_or_renew() and c.took_over_from == ""
+
+
 def test_step_schedules_the_next_attempt() -> None:
     store, clock = MemoryLease(), FakeClock()
     changes: list[bool] = []

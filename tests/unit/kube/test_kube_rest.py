@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -227,3 +228,22 @@ def test_https_with_the_wrong_ca_is_a_transport_error(tls_server: tuple[str, Pat
     transport = Urllib3Transport(Credentials(host=url, ca_file=str(other)), pool_size=2)
     with pytest.raises(TransportError):
         transport.request("GET", "/x", {}, None, 10.0)
+
+
+def test_a_request_timeout_bounds_the_request_from_its_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Connecting counts against the timeout (urllib3's ``total``), so a fenced write gives up
+    within its timeout of passing the fence, not connect + read timeouts later."""
+    transport = Urllib3Transport(Credentials(host="http://127.0.0.1:1"), pool_size=1)
+    seen: dict[str, Any] = {}
+
+    def request(method: str, url: str, **kwargs: Any) -> Any:
+        seen.update(kwargs)
+        raise OSError("not sent")
+
+    monkeypatch.setattr(transport._pool, "request", request)
+    with pytest.raises(TransportError):
+        transport.request("POST", "/x", {}, b"{}", 7.0)
+    timeout = seen["timeout"]
+    assert (timeout.total, timeout.connect_timeout) == (7.0, 7.0)
