@@ -42,6 +42,7 @@ from typing import Final
 
 from apis.allocation import (
     ALLOCATED_RESOURCES,
+    MAX_AMOUNT,
     AllocationDecodeError,
     AllocationReading,
     held_amounts,
@@ -408,7 +409,10 @@ def gpushare_uses(annotations: Mapping[str, str], unit: MemoryUnit) -> tuple[Car
     placement = placement_of(annotations)
     if placement is None or not placement.units:
         return ()
-    return (CardUse.of(DEVICE_GPU, placement.index, {GPU_MEMORY: placement.units * unit.bytes}),)
+    # Anyone can write these on a pod: more than any card has counts as the whole card (and
+    # a number beyond int64 would break the ledger's matrices).
+    memory = min(placement.units * unit.bytes, MAX_AMOUNT)
+    return (CardUse.of(DEVICE_GPU, placement.index, {GPU_MEMORY: memory}),)
 
 
 def checkpoint_uses(device: Device) -> tuple[CardUse, ...]:
