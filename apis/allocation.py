@@ -18,24 +18,45 @@ Invariants:
   negative minor are errors.  Every error is an ``AllocationDecodeError`` naming the path.
 - ``DeviceAllocation.resources`` holds ``Quantity`` objects, so each keeps its format
   (``BinarySI`` for gpu-memory, ``DecimalSI`` for percents) and prints canonically.
+- Counting (``read_allocations`` + ``held_amounts``, the one rule of the scheduler's ledger,
+  ``inspect`` and the device metrics): an annotation that anyone could have written on a
+  bound pod is never trusted to make a card look less used. An entry with a negative amount,
+  an amount beyond one device (a percent above 100, anything else above 1Ti), no positive
+  amount of its type's resources, or a card named twice holds the card it names whole; an
+  annotation that does not decode holds every card of its node (a Go node agent fails open on
+  it: the container keeps the image's ``NVIDIA_VISIBLE_DEVICES=all``).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Final
 
 from apis.quantity import BINARY_SI, DECIMAL_SI, Quantity, QuantityError, int_value
+from apis.resources import (
+    DEVICE_FPGA,
+    DEVICE_GPU,
+    DEVICE_RDMA,
+    FPGA,
+    GPU_CORE,
+    GPU_MEMORY,
+    GPU_MEMORY_RATIO,
+    RDMA,
+)
 
 __all__ = [
+    "ALLOCATED_RESOURCES",
     "ANNOTATION_DEVICE_ALLOCATED",
+    "MAX_AMOUNT",
+    "MAX_PERCENT",
     "AllocatedVF",
     "AllocationDecodeError",
     "AllocationExtension",
+    "AllocationReading",
     "DeviceAllocation",
     "GoJSONError",
     "JSONNumber",
@@ -45,6 +66,8 @@ __all__ = [
     "encode_int_allocations",
     "go_json_dumps",
     "go_json_loads",
+    "held_amounts",
+    "read_allocations",
     "read_int",
     "read_list",
     "read_object",
@@ -52,7 +75,7 @@ __all__ = [
 ]
 
 ANNOTATION_DEVICE_ALLOCATED: Final = "scheduling.koordinator.sh/device-allocated"
-_GPU_MEMORY: Final = "koordinator.sh/gpu-memory"
+_GPU_MEMORY: Final = GPU_MEMORY
 _BINARY_RESOURCES: Final = frozenset({_GPU_MEMORY})
 
 # -- Go-compatible JSON ---------------------------------------------------------------------------
@@ -415,4 +438,111 @@ def decode_allocations(s: str) -> dict[str, list[DeviceAllocation]]:
         raise AllocationDecodeError(
             f"invalid {ANNOTATION_DEVICE_ALLOCATED} annotation: {err}"
         ) from None
+    return out
+
+
+# -- counting what a bound pod's annotation holds ---------------------------------------------
+
+ALLOCATED_RESOURCES: Final[Mapping[str, tuple[str, ...]]] = {
+    DEVICE_GPU: (GPU_CORE, GPU_MEMORY_RATIO, GPU_MEMORY),
+    DEVICE_RDMA: (RDMA,),
+    DEVICE_FPGA: (FPGA,),
+}
+"""Per device type, the per-device resources an allocation takes (what is accounted)."""
+
+MAX_PERCENT: Final = 100
+"""A percent resource (gpu-core, gpu-memory-ratio, rdma, fpga) of one device: 100 is all."""
+MAX_AMOUNT: Final = 2**40
+"""Any other amount on one device (bytes of gpu-memory): 1Ti is beyond every card, and
+sums of such amounts stay far inside int64."""
+_PERCENT: Final = frozenset({GPU_CORE, GPU_MEMORY_RATIO, RDMA, FPGA})
+
+CardKey = tuple[str, int]
+"""(device type, minor)."""
+CardAmounts = tuple[str, int, tuple[tuple[str, int], ...]]
+"""(device type, minor, resources as (name, integer amount) sorted by name)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationReading:
+    """A bound pod's ``device-allocated`` annotation as counted (``read_allocations``)."""
+
+    amounts: tuple[CardAmounts, ...] = ()
+    """The valid entries, in annotation order (at most one per card)."""
+    whole: tuple[CardKey, ...] = ()
+    """The cards named by invalid entries: each is held whole."""
+    unreadable: bool = False
+    """The annotation does not decode: every card of the pod's node is held whole."""
+    problems: tuple[str, ...] = ()
+    """Why it is invalid, one line per problem (empty: valid)."""
+
+    @property
+    def valid(self) -> bool:
+        return not self.problems
+
+
+def _amount_problem(name: str, q: Quantity) -> str | None:
+    if q.value < 0:
+        return f"negative amount {q.canonical()}"
+    cap = MAX_PERCENT if name in _PERCENT else MAX_AMOUNT
+    if q.value > cap:
+        return f"{q.canonical()} is more than one device has"
+    return None
+
+
+def read_allocations(text: str) -> AllocationReading:
+    """Read an annotation for counting: valid entries as amounts (``Value()``, rounded up),
+    invalid ones as cards held whole (see the module docstring). Never raises."""
+    try:
+        decoded = decode_allocations(text)
+    except AllocationDecodeError as err:
+        reason = err.message.removeprefix(f"invalid {ANNOTATION_DEVICE_ALLOCATED} annotation: ")
+        return AllocationReading(unreadable=True, problems=(reason,))
+    amounts: dict[CardKey, CardAmounts] = {}
+    whole: dict[CardKey, None] = {}
+    problems: list[str] = []
+    for device_type, allocations in decoded.items():
+        tracked = ALLOCATED_RESOURCES.get(device_type)
+        for i, a in enumerate(allocations):
+            key = (device_type, a.minor)
+            path = f"{device_type}[{i}]"
+            found = []
+            if key in amounts or key in whole:
+                found.append(f"{path}.minor: device {a.minor} named twice")
+            for name, q in a.resources.items():
+                problem = _amount_problem(name, q)
+                if problem is not None:
+                    found.append(f"{path}.resources[{json.dumps(name)}]: {problem}")
+            if not found and tracked is not None and not any(
+                a.resource_value(n) > 0 for n in tracked
+            ):
+                # The node agent hands the device out all the same (NVIDIA_VISIBLE_DEVICES).
+                found.append(f"{path}.resources: takes nothing of the device it names")
+            if found:
+                problems.extend(found)
+                amounts.pop(key, None)
+                whole[key] = None
+            else:
+                amounts[key] = (
+                    device_type,
+                    a.minor,
+                    tuple(sorted((n, a.resource_value(n)) for n in a.resources)),
+                )
+    return AllocationReading(tuple(amounts.values()), tuple(whole), False, tuple(problems))
+
+
+def held_amounts(
+    reading: AllocationReading, cards: Iterable[tuple[str, int, Mapping[str, int]]]
+) -> list[tuple[str, int, dict[str, int]]]:
+    """What ``reading`` takes from each device, given ``cards``, the (device type, minor,
+    declared capacity) of every device of the pod's node: a valid entry its amounts (on a card
+    of the node or not), an invalid one its card's whole capacity, an unreadable annotation
+    every card's. The one counting rule of the ledger, ``inspect`` and the device metrics."""
+    if reading.unreadable:
+        return [(t, minor, dict(capacity)) for t, minor, capacity in cards]
+    out = [(t, minor, dict(resources)) for t, minor, resources in reading.amounts]
+    if reading.whole:
+        named = set(reading.whole)
+        out.extend((t, minor, dict(capacity)) for t, minor, capacity in cards
+                   if (t, minor) in named)
     return out

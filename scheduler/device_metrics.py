@@ -3,7 +3,8 @@
 Role: ``DeviceCollector`` computes, at each scrape, the per-card account of
 ``scheduler.inspect`` (the Device CRs and the pods' ``device-allocated`` annotations as the
 caches know them) and yields the four per-card gauge families (capacity, allocated, pods,
-healthy) as ``CardFamily`` objects, then the annotation error counter.
+healthy) as ``CardFamily`` objects, then the annotation error counter and the per-node gauge of
+bound pods whose annotation is invalid (counted by ``scheduler.inspect``'s rule, the ledger's).
 ``SchedulerMetrics.exposition`` has a ``CardFamily`` write its own text, so a scrape of
 5,000 nodes x 8 GPUs builds no object per sample; any other reader of the registry (a plain
 ``generate_latest``) gets ordinary samples, built when first read. docs/metrics.md documents
@@ -39,7 +40,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
-from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, decode_allocations
+from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, AllocationReading, read_allocations
 from apis.core import Pod
 from apis.device import Device
 from scheduler.inspect import INVALID, CardUsage, ObjectsView, account_cards, device_cards
@@ -48,6 +49,7 @@ __all__ = [
     "ALLOCATED",
     "CAPACITY",
     "HEALTHY",
+    "INVALID_PODS",
     "PODS",
     "CardFamily",
     "DeviceCollector",
@@ -55,6 +57,7 @@ __all__ = [
     "render_one",
 ]
 
+INVALID_PODS = "koord_scheduler_device_invalid_allocation_pods"
 CAPACITY = "koord_scheduler_device_capacity"
 ALLOCATED = "koord_scheduler_device_allocated"
 PODS = "koord_scheduler_device_pods"
@@ -283,30 +286,43 @@ class CardFamily(Metric):
 
 
 class DeviceCollector(Collector):
-    """Per-card capacity, allocation, pods and health, plus the annotation error counter."""
+    """Per-card capacity, allocation, pods and health, plus the annotation error counter and
+    the per-node gauge of pods with an invalid annotation."""
 
     def __init__(self, source: Callable[[], ObjectsView | None]) -> None:
         self._source = source
         self._entries: dict[int, _Entry] = {}
         self._shapes = _Shapes()
-        self._decoded: dict[str, Any] = {}
+        self._decoded: dict[str, AllocationReading] = {}
         self._bad_seen: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
         self.annotation_errors = 0
+        self.invalid_by_node: dict[str, int] = {}
+        """Bound pods with an invalid annotation, per node, at the last scrape."""
 
     def collect(self) -> Iterator[Metric]:
         view = call_or_none(self._source)
         with self._lock:
             groups = self._scrape(view) if view is not None else []
             errors = float(self.annotation_errors)
+            invalid = sorted(self.invalid_by_node.items())
         for name in (CAPACITY, ALLOCATED, PODS, HEALTHY):
             yield CardFamily(name, groups)
         yield CounterMetricFamily(
             "koord_scheduler_device_annotation_errors",
-            "Bound pods seen with a device-allocated annotation that does not decode "
-            "(counted once per pod and annotation text).",
+            "Bound pods seen with an invalid device-allocated annotation (counted once per "
+            "pod and annotation text).",
             value=errors,
         )
+        family = GaugeMetricFamily(
+            INVALID_PODS,
+            "Bound pods on the node whose device-allocated annotation is invalid: the cards "
+            "it names (every card of the node when it does not decode) count as fully used.",
+            labels=["node"],
+        )
+        for node, count in invalid:
+            family.add_metric([node], float(count))
+        yield family
 
     def describe(self) -> Iterable[Metric]:
         return []
@@ -320,18 +336,22 @@ class DeviceCollector(Collector):
         bad = {(p.uid, p.annotations.get(ANNOTATION_DEVICE_ALLOCATED, "")) for p in errors}
         self.annotation_errors += len(bad - self._bad_seen)
         self._bad_seen = bad
+        by_node: dict[str, set[str]] = {}
+        for p in errors:
+            by_node.setdefault(p.node_name, set()).add(p.uid)
+        self.invalid_by_node = {node: len(uids) for node, uids in by_node.items()}
         return groups
 
     def _account(self, view: ObjectsView, errors: list[Pod]) -> list[_Group]:
-        old_decoded: dict[str, Any] = self._decoded
-        decoded: dict[str, Any] = {}
+        old_decoded: dict[str, AllocationReading] = self._decoded
+        decoded: dict[str, AllocationReading] = {}
 
-        def decode(text: str) -> Any:
+        def read(text: str) -> AllocationReading:
             hit = decoded.get(text)
             if hit is None:
                 hit = old_decoded.get(text)
                 if hit is None:
-                    hit = decode_allocations(text)
+                    hit = read_allocations(text)
                 decoded[text] = hit
             return hit
 
@@ -345,7 +365,7 @@ class DeviceCollector(Collector):
             entries[id(device)] = entry
             used.append(entry)
             uncharged.append((device, [CardUsage(*card) for card in entry.cards]))
-        cards = account_cards(uncharged, view.pods, decode=decode, errors=errors)
+        cards = account_cards(uncharged, view.pods, read=read, errors=errors)
         self._entries, self._decoded = entries, decoded
 
         groups: list[_Group] = []

@@ -16,8 +16,14 @@ Invariants:
   that declare the same capacity).
 - Only bound, non-terminal pods count. An unhealthy card keeps its capacity and its users
   and is marked ``UNHEALTHY``.
-- A bad annotation never raises: the pod is listed as ``<ns/name><invalid annotation>`` on
-  the first GPU (else first card) of its node and appended to ``errors`` when one is given.
+- A pod's annotation is counted by the scheduler's own rule (``apis.allocation.held_amounts``,
+  as its device ledger counts it): an invalid annotation never makes a card look less used.
+  A card an invalid entry names (a negative amount, one beyond a device, none, a card named
+  twice) is charged its whole capacity and lists the pod as ``<ns/name> (invalid annotation:
+  held whole)``; an annotation that does not decode holds every card of its node that way.
+  Such a pod is appended to ``errors`` when one is given; one that holds no card of its node
+  is listed as ``<ns/name><invalid annotation>`` on the node's first GPU (else first card).
+  Nothing raises.
 - For a GPU, memory missing from an allocation is filled from its ratio
   (``ratio * total // 100``) and a missing ratio from its memory (``memory * 100 // total``),
   as the node agent reads the annotation (SPEC §3).
@@ -37,7 +43,12 @@ from typing import Any, Protocol
 
 import yaml
 
-from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, AllocationDecodeError, decode_allocations
+from apis.allocation import (
+    ANNOTATION_DEVICE_ALLOCATED,
+    AllocationReading,
+    held_amounts,
+    read_allocations,
+)
 from apis.checkpoint import CheckpointError, decode_devices_checkpoints
 from apis.core import Node, Pod, decode_node, decode_pod
 from apis.device import ANNOTATION_DEVICES_CHECKPOINTS, LABEL_GPU_MODEL, Device
@@ -51,6 +62,7 @@ from apis.resources import (
 )
 
 __all__ = [
+    "HELD_WHOLE",
     "INVALID",
     "KUBELET",
     "CardKey",
@@ -67,6 +79,9 @@ __all__ = [
 ]
 
 INVALID = "<invalid annotation>"
+"""Suffix of a pod with an invalid annotation listed on a card it does not hold."""
+HELD_WHOLE = " (invalid annotation: held whole)"
+"""Suffix of a pod whose invalid annotation holds the card whole."""
 KUBELET = " (kubelet)"
 """Suffix of a pod that holds a card through the kubelet's device checkpoint."""
 
@@ -128,7 +143,7 @@ def _int(q: Quantity | int | None) -> int:
     return -((-q.value.numerator) // q.value.denominator)
 
 
-Decoder = Callable[[str], Mapping[str, Sequence[Any]]]
+Reader = Callable[[str], AllocationReading]
 CardKey = tuple[str, str, int]
 """(node, device type, minor): one card of the cluster."""
 
@@ -155,7 +170,7 @@ def account_cards(
     uncharged: Iterable[tuple[Device, Iterable[CardUsage]]],
     pods: Iterable[Pod],
     *,
-    decode: Decoder = decode_allocations,
+    read: Reader = read_allocations,
     errors: list[Pod] | None = None,
     checkpoint_errors: list[str] | None = None,
 ) -> dict[CardKey, CardUsage]:
@@ -172,28 +187,41 @@ def account_cards(
             prev = first_card.get(card.node)
             if prev is None or (prev.device_type != "gpu" and card.device_type == "gpu"):
                 first_card[card.node] = card
+    by_node: dict[str, list[CardUsage]] | None = None  # built at the first invalid annotation
     pods = list(pods)
     for pod in pods:
         if not pod.node_name or pod.terminal:
             continue
         text = pod.annotations.get(ANNOTATION_DEVICE_ALLOCATED)
-        if not text:
+        if text is None:
             continue
-        try:
-            allocations = decode(text)
-        except AllocationDecodeError:
+        reading = read(text)
+        node_cards: list[tuple[str, int, dict[str, int]]] = []
+        if not reading.valid:
             if errors is not None:
                 errors.append(pod)
+            if by_node is None:
+                by_node = {}
+                for card in cards.values():
+                    by_node.setdefault(card.node, []).append(card)
+            node_cards = [(c.device_type, c.minor, c.capacity)
+                          for c in by_node.get(pod.node_name, ())]
+        whole = set(reading.whole)
+        held = False
+        for device_type, minor, amounts in held_amounts(reading, node_cards):
+            used = cards.get((pod.node_name, device_type, minor))
+            if used is None:
+                continue
+            _charge(used, amounts)
+            held = True
+            if reading.unreadable or (device_type, minor) in whole:
+                used.pods.append(f"{pod.key}{HELD_WHOLE}")
+            else:
+                used.pods.append(pod.key)
+        if not reading.valid and not held:
             where = first_card.get(pod.node_name)
             if where is not None:
                 where.pods.append(f"{pod.key}{INVALID}")
-            continue
-        for device_type, allocs in allocations.items():
-            for alloc in allocs:
-                used = cards.get((pod.node_name, device_type, alloc.minor))
-                if used is not None:
-                    _charge(used, alloc.resources)
-                    used.pods.append(pod.key)
     _charge_checkpoints(cards, devices, pods, checkpoint_errors)
     return cards
 
@@ -203,7 +231,7 @@ def card_usage(
     devices: Iterable[Device],
     pods: Iterable[Pod],
     *,
-    decode: Decoder = decode_allocations,
+    read: Reader = read_allocations,
     errors: list[Pod] | None = None,
     checkpoint_errors: list[str] | None = None,
 ) -> list[CardUsage]:
@@ -216,7 +244,7 @@ def card_usage(
     cards = account_cards(
         [(d, device_cards(d, model(d))) for d in sorted(devices, key=lambda d: d.name)],
         pods,
-        decode=decode,
+        read=read,
         errors=errors,
         checkpoint_errors=checkpoint_errors,
     )
@@ -263,8 +291,8 @@ def _charge_checkpoints(
             card.pods.extend(holders[card.uuid])
 
 
-def _charge(card: CardUsage, resources: Mapping[str, Quantity]) -> None:
-    amounts = {name: _int(q) for name, q in resources.items()}
+def _charge(card: CardUsage, resources: Mapping[str, int]) -> None:
+    amounts = dict(resources)
     if card.device_type == "gpu":
         total = card.memory_total
         if not amounts.get(GPU_MEMORY) and total:

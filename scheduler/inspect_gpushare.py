@@ -17,8 +17,11 @@ of the Node. Amounts are whole units (GiB, or MiB), a card's total rounded down,
 rounded up, so the table never shows more free memory than there is.
 
 Invariants: pure (objects in, text out); terminal pods and pods of other nodes hold nothing;
-a malformed annotation makes that pod count as nothing and is reported in the output's last
-line, never an exception.
+a ``device-allocated`` annotation is counted by the scheduler's own rule
+(``apis.allocation.held_amounts``): an invalid one never makes a card look less used — the
+cards it names (every card of its node when it does not decode) count whole — and is reported
+in the output's last lines; malformed gpushare annotations count as nothing and are reported
+too; never an exception.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, AllocationDecodeError, decode_allocations
+from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, held_amounts, read_allocations
 from apis.core import Node, Pod
 from apis.device import Device
 from apis.quantity import int_value
@@ -99,20 +102,26 @@ def _cards(node: Node, device: Device | None, unit: int) -> list[GPUShareCard]:
     return [GPUShareCard(i, units // count) for i in range(count)]
 
 
-def _holdings(pod: Pod, unit: int) -> dict[int, int]:
-    """Card index -> units the pod holds; raises ValueError on a malformed annotation."""
+def _holdings(
+    pod: Pod, unit: int, cards: Sequence[GPUShareCard], problems: list[str]
+) -> dict[int, int]:
+    """Card index -> units the pod holds; raises ValueError on malformed gpushare annotations
+    (an invalid ``device-allocated`` one is appended to ``problems`` and held whole)."""
     raw = pod.annotations.get(ANNOTATION_DEVICE_ALLOCATED)
     if raw:
-        try:
-            allocs = decode_allocations(raw).get(DEVICE_GPU, [])
-        except AllocationDecodeError as exc:
-            raise ValueError(str(exc)) from None
+        reading = read_allocations(raw)
+        node_cards = [] if reading.valid else [
+            (DEVICE_GPU, c.index, {GPU_MEMORY: c.total * unit}) for c in cards
+        ]
+        if not reading.valid:
+            problems.append(f"pod {pod.key}: invalid {ANNOTATION_DEVICE_ALLOCATED} annotation: "
+                            f"{'; '.join(reading.problems)} (its cards count as fully used)")
         held = {
-            a.minor: math.ceil(int_value(a.resources[GPU_MEMORY]) / unit)
-            for a in allocs
-            if GPU_MEMORY in a.resources
+            minor: math.ceil(amounts[GPU_MEMORY] / unit)
+            for device_type, minor, amounts in held_amounts(reading, node_cards)
+            if device_type == DEVICE_GPU and GPU_MEMORY in amounts
         }
-        if held:
+        if held or not reading.valid:
             return held
     if ANNOTATION_IDX in pod.annotations:
         try:
@@ -142,7 +151,7 @@ def gpushare_view(
         if node is None or pod.terminal:
             continue
         try:
-            held = _holdings(pod, size)
+            held = _holdings(pod, size, node.cards, problems)
         except ValueError as exc:
             problems.append(f"pod {pod.key}: {exc}")
             continue

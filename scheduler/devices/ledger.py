@@ -38,8 +38,13 @@ Invariants:
   double allocation.
 - GPUs listed in the Device annotation ``node.koordinator.sh/devices-checkpoints`` (matched by
   card id) count as fully used (a per-node checkpoint holding of the card's declared amounts).
-- A malformed annotation on a bound pod is logged and counted in ``annotation_errors``; it
-  never raises. A reservation of ours is kept until the pod shows a valid allocation.
+- A bound pod's ``device-allocated`` annotation never makes a card look less used (issue 23;
+  ``apis.allocation.held_amounts``): an invalid entry (a negative amount, one beyond a device,
+  none at all, a card named twice) holds the card it names whole, an annotation that does not
+  decode every card of the node; both follow the node's Device CR as it changes. Such a pod
+  is logged once per annotation text, counted in ``annotation_errors`` and handed to
+  ``on_invalid`` (the plugins report it to the cluster); it never raises. A reservation of
+  ours on the same node is kept beside it.
 - ``replay(devices, pods, reservations)`` (a rebuild from scratch) gives the same
   ``snapshot_state()`` as the incremental ledger that saw those objects.
 """
@@ -47,7 +52,7 @@ Invariants:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,7 +60,7 @@ import numpy as np
 import numpy.typing as npt
 import structlog
 
-from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, AllocationDecodeError
+from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, AllocationReading, read_allocations
 from apis.checkpoint import CheckpointError
 from apis.core import Pod
 from apis.device import Device
@@ -73,12 +78,12 @@ from scheduler.devices.request import (
     Holding,
     checkpoint_uses,
     gpushare_uses,
-    uses_from_annotation,
+    held_uses,
 )
 from scheduler.devices.topology import NO_NODE_META, CardMeta, CardView, NodeMeta, NodeView
 from scheduler.framework.events import Change
 
-__all__ = ["SHARE", "NodeDeviceLedger"]
+__all__ = ["SHARE", "InvalidAllocation", "NodeDeviceLedger"]
 
 log = structlog.get_logger(__name__)
 
@@ -87,6 +92,25 @@ B = npt.NDArray[np.bool_]
 
 SHARE = 1000
 """``share`` of an idle card (thousandths)."""
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidAllocation:
+    """A bound pod whose ``device-allocated`` annotation is invalid, and what it holds."""
+
+    pod: Pod
+    reading: AllocationReading
+    held: tuple[tuple[str, int], ...]
+    """(device type, minor) of the cards it holds whole, as the node's Device CR is now."""
+
+    def describe(self) -> str:
+        """One line: the problems and the cards counted as taken."""
+        cards = ", ".join(f"{t} {m}" for t, m in self.held) or "none yet (no such card)"
+        problems = "; ".join(self.reading.problems)
+        if len(problems) > 400:  # an event message has room for a few problems, not all
+            problems = problems[:400] + "..."
+        return (f"invalid {ANNOTATION_DEVICE_ALLOCATED} annotation ({problems}); "
+                f"cards counted as fully used on node {self.pod.node_name}: {cards}")
 
 
 class _Table:
@@ -191,6 +215,12 @@ class NodeDeviceLedger:
         self._holdings: dict[str, Holding] = {}
         self._checkpoints: dict[str, Holding] = {}
         self._by_node: dict[str, set[str]] = {}
+        self._invalid: dict[str, tuple[AllocationReading, tuple[CardUse, ...]]] = {}
+        """Per uid of a pod with an invalid annotation: its reading and the reservation of
+        ours it keeps beside it (its holding is recomputed when its node's Device changes)."""
+        self.on_invalid: Callable[[InvalidAllocation], None] | None = None
+        """Called once per invalid annotation text of a bound pod (reporting, by the plugins:
+        the ledger never calls the cluster)."""
         self.annotation_errors = 0
         self.node_set_generation = 0
         self.row_version: I64 = np.zeros(self._rows_cap, np.int64)
@@ -328,6 +358,7 @@ class NodeDeviceLedger:
             self._checkpoints.pop(device.name, None)
         else:
             self._checkpoints[device.name] = checkpoint
+        self._rehold_invalid(device.name)
         self._rebuild_row(device.name)
 
     def delete_device(self, node: str) -> None:
@@ -335,6 +366,7 @@ class NodeDeviceLedger:
             return
         self._set_node_meta(node, NO_NODE_META)
         self._checkpoints.pop(node, None)
+        self._rehold_invalid(node)
         self._rebuild_row(node)
 
     def observe_pod(self, old: Pod | None, new: Pod | None) -> None:
@@ -360,21 +392,55 @@ class NodeDeviceLedger:
             if current.source != ANNOTATION:
                 self._holdings[new.uid] = dataclasses.replace(current, source=ANNOTATION)
             return
-        try:
-            uses = uses_from_annotation(raw)
-        except AllocationDecodeError as err:
-            self.annotation_errors += 1
-            log.warning(
-                "malformed device allocation on a bound pod",
-                pod=new.key, uid=new.uid, node=new.node_name, error=err.message,
-            )
-            if current is None or current.source != RESERVED or current.node != new.node_name:
-                self._release(new.uid)
+        reading = read_allocations(raw)
+        if not reading.valid:
+            self._hold_invalid(new, raw, reading, current)
             return
+        uses = held_uses(reading, None)
         if not uses:
             self._release(new.uid)
             return
         self._set_holding(Holding(new.uid, new.node_name, uses, ANNOTATION, raw))
+
+    def _hold_invalid(
+        self, pod: Pod, raw: str, reading: AllocationReading, current: Holding | None
+    ) -> None:
+        """Hold what an invalid annotation names whole (and keep our reservation beside it);
+        report it once per text."""
+        kept: tuple[CardUse, ...] = ()
+        if current is not None and current.source == RESERVED and current.node == pod.node_name:
+            kept = current.uses
+        uses = held_uses(reading, self._devices.get(pod.node_name)) + kept
+        self._set_holding(Holding(pod.uid, pod.node_name, uses, ANNOTATION, raw))
+        self._invalid[pod.uid] = (reading, kept)
+        self.annotation_errors += 1
+        whole = set(reading.whole)
+        held = _cards_of(u for u in uses[: len(uses) - len(kept)]
+                         if reading.unreadable or (u.device_type, u.minor) in whole)
+        finding = InvalidAllocation(pod, reading, held)
+        log.warning(
+            "invalid device allocation on a bound pod: its cards count as fully used",
+            pod=pod.key, uid=pod.uid, node=pod.node_name, problems=list(reading.problems),
+            held=[f"{t} {m}" for t, m in finding.held],
+        )
+        if self.on_invalid is not None:
+            try:
+                self.on_invalid(finding)
+            except Exception as err:  # reporting must never break the accounting
+                log.error("reporting an invalid device allocation failed", error=repr(err))
+
+    def _rehold_invalid(self, node: str) -> None:
+        """An invalid annotation holds cards of the node's Device CR: follow it (before the
+        row is rebuilt from the holdings)."""
+        device = self._devices.get(node)
+        for uid in self._by_node.get(node, ()):
+            invalid = self._invalid.get(uid)
+            if invalid is not None:
+                reading, kept = invalid
+                holding = self._holdings[uid]
+                self._holdings[uid] = dataclasses.replace(
+                    holding, uses=held_uses(reading, device) + kept
+                )
 
     def _observe_gpushare(self, pod: Pod) -> None:
         """A bound pod without ``device-allocated``: what gpushare recorded, if anything (a
@@ -612,6 +678,7 @@ class NodeDeviceLedger:
         self._touch(row)
 
     def _set_holding(self, holding: Holding) -> None:
+        self._invalid.pop(holding.uid, None)
         current = self._holdings.get(holding.uid)
         if current is not None and current.same_allocation(holding):
             self._holdings[holding.uid] = holding
@@ -623,6 +690,7 @@ class NodeDeviceLedger:
         self._apply_uses(holding.node, holding.uses, 1)
 
     def _release(self, uid: str) -> None:
+        self._invalid.pop(uid, None)
         holding = self._holdings.pop(uid, None)
         if holding is None:
             return
@@ -657,6 +725,10 @@ class NodeDeviceLedger:
         for t, cols in touched.items():
             self._tables[t].refresh_used(row, cols)
         self._touch(row)
+
+
+def _cards_of(uses: Iterable[CardUse]) -> tuple[tuple[str, int], ...]:
+    return tuple(sorted({(u.device_type, u.minor) for u in uses}))
 
 
 def _accumulate(into: dict[tuple[str, int], list[int]], use: CardUse, sign: int) -> None:

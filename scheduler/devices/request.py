@@ -26,10 +26,11 @@ Invariants:
   order (primary first) restricted to requested types not hinted ``ApplyForAll``.
 
 Role, part 2: the records of what a holder takes from cards (``CardUse``, ``Holding``) and
-their decoding from a bound pod's ``device-allocated`` annotation (``uses_from_annotation``)
-and from a Device's ``devices-checkpoints`` annotation (``checkpoint_uses``: each listed GPU
-taken whole). Unknown device types and resources are ignored; decode errors are raised for
-the ledger to log and count.
+their reading from a bound pod's ``device-allocated`` annotation (``held_uses``, by the one
+counting rule ``apis.allocation.held_amounts``: an invalid entry holds its card whole, an
+annotation that does not decode every card of the node) and from a Device's
+``devices-checkpoints`` annotation (``checkpoint_uses``: each listed GPU taken whole). Unknown
+device types and resources are ignored.
 """
 
 from __future__ import annotations
@@ -39,7 +40,14 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Final
 
-from apis.allocation import decode_allocations
+from apis.allocation import (
+    ALLOCATED_RESOURCES,
+    MAX_AMOUNT,
+    AllocationDecodeError,
+    AllocationReading,
+    held_amounts,
+    read_allocations,
+)
 from apis.checkpoint import decode_devices_checkpoints
 from apis.core import Pod
 from apis.device import ANNOTATION_DEVICES_CHECKPOINTS, Device
@@ -66,9 +74,7 @@ from apis.resources import (
     DEVICE_RESOURCE_NAMES,
     DEVICE_TYPES,
     FPGA,
-    GPU_CORE,
     GPU_MEMORY,
-    GPU_MEMORY_RATIO,
     KOORD_GPU,
     RDMA,
     GPUSplit,
@@ -94,15 +100,13 @@ __all__ = [
     "TypeRequest",
     "checkpoint_uses",
     "gpushare_uses",
+    "held_uses",
+    "node_cards",
     "parse_request",
     "uses_from_annotation",
 ]
 
-RESOURCES_BY_TYPE: Final[Mapping[str, tuple[str, ...]]] = {
-    DEVICE_GPU: (GPU_CORE, GPU_MEMORY_RATIO, GPU_MEMORY),
-    DEVICE_RDMA: (RDMA,),
-    DEVICE_FPGA: (FPGA,),
-}
+RESOURCES_BY_TYPE: Final[Mapping[str, tuple[str, ...]]] = ALLOCATED_RESOURCES
 """Per device type, the per-card resources the ledger tracks (matrix index = position)."""
 
 GPU_CORE_INDEX: Final = 0
@@ -363,18 +367,40 @@ class Holding:
         return (self.node, self.source, self.sorted_uses())
 
 
-def uses_from_annotation(raw: str) -> tuple[CardUse, ...]:
-    """The known device types and resources of a ``device-allocated`` value; raises
-    ``AllocationDecodeError``."""
+def node_cards(device: Device) -> list[tuple[str, int, dict[str, int]]]:
+    """(type, minor, declared amounts) of each tracked device of a Device CR (the first of a
+    minor wins, as in the ledger's row)."""
+    cards: list[tuple[str, int, dict[str, int]]] = []
+    for device_type, names in RESOURCES_BY_TYPE.items():
+        seen: set[int] = set()
+        for d in device.devices_of_type(device_type):
+            if d.minor is None or d.minor in seen:
+                continue
+            seen.add(d.minor)
+            cards.append((device_type, d.minor, {n: d.resource_value(n) for n in names}))
+    return cards
+
+
+def held_uses(reading: AllocationReading, device: Device | None) -> tuple[CardUse, ...]:
+    """What a bound pod's annotation holds on its node, whose Device CR is ``device``
+    (``held_amounts``: an invalid entry's card whole, every card when it does not decode)."""
+    cards = node_cards(device) if device is not None and not reading.valid else ()
     uses: list[CardUse] = []
-    for device_type, allocations in decode_allocations(raw).items():
+    for device_type, minor, amounts in held_amounts(reading, cards):
         index = RESOURCE_INDEX.get(device_type)
-        if index is None:
-            continue
-        for a in allocations:
-            amounts = {name: a.resource_value(name) for name in a.resources if name in index}
-            uses.append(CardUse.of(device_type, a.minor, amounts))
+        if index is not None:
+            uses.append(CardUse.of(device_type, minor,
+                                   {n: a for n, a in amounts.items() if n in index}))
     return tuple(uses)
+
+
+def uses_from_annotation(raw: str) -> tuple[CardUse, ...]:
+    """The known device types and resources of a valid ``device-allocated`` value; raises
+    ``AllocationDecodeError`` naming the problems of an invalid one."""
+    reading = read_allocations(raw)
+    if not reading.valid:
+        raise AllocationDecodeError("; ".join(reading.problems))
+    return held_uses(reading, None)
 
 
 def gpushare_uses(annotations: Mapping[str, str], unit: MemoryUnit) -> tuple[CardUse, ...]:
@@ -383,7 +409,10 @@ def gpushare_uses(annotations: Mapping[str, str], unit: MemoryUnit) -> tuple[Car
     placement = placement_of(annotations)
     if placement is None or not placement.units:
         return ()
-    return (CardUse.of(DEVICE_GPU, placement.index, {GPU_MEMORY: placement.units * unit.bytes}),)
+    # Anyone can write these on a pod: more than any card has counts as the whole card (and
+    # a number beyond int64 would break the ledger's matrices).
+    memory = min(placement.units * unit.bytes, MAX_AMOUNT)
+    return (CardUse.of(DEVICE_GPU, placement.index, {GPU_MEMORY: memory}),)
 
 
 def checkpoint_uses(device: Device) -> tuple[CardUse, ...]:

@@ -93,7 +93,9 @@ def cluster() -> View:
             pod("a", "n1", share(0, **{CORE: "30", RATIO: "25"})),
             pod("b", "n1", {"gpu": [{"minor": 0, "resources": {CORE: "20", MEMORY: "4Gi"}}],
                             "rdma": [{"minor": 0, "resources": {"koordinator.sh/rdma": "50"}}]}),
-            pod("bad", "n1", "{nope"),  # does not decode: counted, holds nothing
+            pod("bad", "n1", "{nope"),  # does not decode: counted, holds every card of n1
+            pod("neg", "n4", share(0, **{CORE: "-100"})),  # invalid: holds n4's card 0 whole
+            pod("lost", "n5", share(3, **{CORE: "-1"})),  # invalid, on a node without cards
             pod("done", "n1", share(0, **{CORE: "50"}), phase="Succeeded"),
             pod("c", "n2", share(0, **{CORE: "3", MEMORY: "1000"})),
             pod("d", "n4", share(1, **{CORE: "10"})),
@@ -129,7 +131,8 @@ def reference_device_families(view: View | None, errors: int) -> list[Metric]:
             labels=labels,
         ),
     }
-    cards = card_usage(view.nodes, view.devices, view.pods) if view is not None else []
+    bad: list[Pod] = []
+    cards = card_usage(view.nodes, view.devices, view.pods, errors=bad) if view else []
     for c in cards:
         card = [c.node, c.device_type, str(c.minor), c.uuid]
         for name in sorted(c.capacity):
@@ -141,11 +144,19 @@ def reference_device_families(view: View | None, errors: int) -> list[Metric]:
         fams["koord_scheduler_device_healthy"].add_metric(card, 1 if c.healthy else 0)
     errors_total = CounterMetricFamily(
         "koord_scheduler_device_annotation_errors",
-        "Bound pods seen with a device-allocated annotation that does not decode "
-        "(counted once per pod and annotation text).",
+        "Bound pods seen with an invalid device-allocated annotation (counted once per "
+        "pod and annotation text).",
         value=errors,
     )
-    return [*fams.values(), errors_total]
+    invalid = GaugeMetricFamily(
+        "koord_scheduler_device_invalid_allocation_pods",
+        "Bound pods on the node whose device-allocated annotation is invalid: the cards "
+        "it names (every card of the node when it does not decode) count as fully used.",
+        labels=["node"],
+    )
+    for node in sorted({p.node_name for p in bad}):
+        invalid.add_metric([node], len({p.uid for p in bad if p.node_name == node}))
+    return [*fams.values(), errors_total, invalid]
 
 
 class Reference:
@@ -180,7 +191,7 @@ def test_exposition_is_prometheus_clients_rendering_of_the_same_samples() -> Non
     view = cluster()
     m = watched(lambda: view)
     got = m.exposition()
-    assert got == generate_latest(Reference(m, view, errors=1))
+    assert got == generate_latest(Reference(m, view, errors=3))
     assert b'uuid="GPU-\\"quoted\\"\\\\back\\nline"' in got  # escaped as Go writes it
     assert b'resource="koordinator.sh/gpu-memory",uuid="GPU-0"} 1.7179869184e+10\n' in got
     assert m.exposition() == got  # a second scrape, from the kept work
@@ -203,7 +214,7 @@ def test_registry_readers_get_the_same_samples() -> None:
     m = watched(lambda: view)
     plain = generate_latest(m.registry)  # a reader that knows nothing of the fast path
     fams = {f.name: f for f in text_string_to_metric_families(plain.decode())}
-    expected = {f.name: f for f in reference_device_families(view, errors=1)}
+    expected = {f.name: f for f in reference_device_families(view, errors=3)}
     for name in DEVICE_FAMILIES:
         assert fams[name].samples == expected[name].samples, name
     fast = {f.name: f for f in text_string_to_metric_families(m.exposition().decode())}
@@ -218,7 +229,7 @@ def test_a_collector_alone_renders_with_generate_latest() -> None:
 
     class Expected:
         def collect(self) -> Iterable[Metric]:
-            return reference_device_families(view, errors=1)
+            return reference_device_families(view, errors=3)
 
     assert generate_latest(registry) == generate_latest(Expected())
 

@@ -77,7 +77,6 @@ def test_card_usage_fills_memory_and_ratio_and_skips_terminal_pods() -> None:
             decode_pod(pod("a", "n1", share(0, 50, **{"koordinator.sh/gpu-memory-ratio": "50"}))),
             decode_pod(pod("b", "n1", share(0, 25, **{"koordinator.sh/gpu-memory": "4Gi"}))),
             decode_pod(pod("done", "n1", share(0, 25), phase="Succeeded")),
-            decode_pod(pod("bad", "n1", "{")),
         ],
         errors=errors,  # type: ignore[arg-type]
     )
@@ -88,9 +87,63 @@ def test_card_usage_fills_memory_and_ratio_and_skips_terminal_pods() -> None:
         "koordinator.sh/gpu-memory": 12 * GIB,
         "koordinator.sh/gpu-memory-ratio": 75,
     }
-    assert c0.pods == ["ns/a", "ns/b", f"ns/bad{INVALID}"]
+    assert c0.pods == ["ns/a", "ns/b"]
     assert not c1.healthy and c1.pods == []
-    assert [p.name for p in errors] == ["bad"]  # type: ignore[attr-defined]
+    assert errors == []
+
+
+WHOLE = {"koordinator.sh/gpu-core": 100, "koordinator.sh/gpu-memory": 16 * GIB,
+         "koordinator.sh/gpu-memory-ratio": 100}
+HALF = {"koordinator.sh/gpu-core": 50, "koordinator.sh/gpu-memory": 8 * GIB,
+        "koordinator.sh/gpu-memory-ratio": 50}
+NEG = {"koordinator.sh/gpu-core": "-100", "koordinator.sh/gpu-memory-ratio": "-100"}
+HELD = "ns/h (invalid annotation: held whole)"
+OVER = {k: WHOLE[k] + v for k, v in HALF.items()}  # ok's half, then the whole card on top
+
+
+@pytest.mark.parametrize(
+    ("alloc", "card0", "card1"),
+    [
+        pytest.param(share(0, -100, **{"koordinator.sh/gpu-memory-ratio": "-100"}),
+                     (OVER, ["ns/ok", HELD]), (HALF, ["ns/ok"]), id="negative-holds-the-card"),
+        pytest.param({"gpu": [{"minor": 0, "resources": NEG},
+                              {"minor": 1, "resources": {"koordinator.sh/gpu-core": "50"}}]},
+                     (OVER, ["ns/ok", HELD]), ({"koordinator.sh/gpu-core": 100,
+                                                 "koordinator.sh/gpu-memory": 8 * GIB,
+                                                 "koordinator.sh/gpu-memory-ratio": 50},
+                                                ["ns/ok", "ns/h"]), id="valid-entry-beside"),
+        pytest.param(share(0, 101), (OVER, ["ns/ok", HELD]), (HALF, ["ns/ok"]),
+                     id="beyond-a-card"),
+        pytest.param("{", (OVER, ["ns/ok", HELD]), (OVER, ["ns/ok", HELD]),
+                     id="unreadable-holds-every-card"),
+        pytest.param(share(7, -100), (HALF, ["ns/ok", f"ns/h{INVALID}"]), (HALF, ["ns/ok"]),
+                     id="a-card-the-node-lacks-holds-nothing"),
+    ],
+)
+def test_an_invalid_annotation_is_charged_as_the_ledger_counts_it(
+    alloc: object, card0: tuple[object, object], card1: tuple[object, object]
+) -> None:
+    """Issue 23: inspect summed the -100 (card 0 shown at -50/100); it now uses the ledger's
+    rule, so a card an invalid annotation names shows whole (on top of the valid pods)."""
+    half = {"koordinator.sh/gpu-core": "50", "koordinator.sh/gpu-memory-ratio": "50"}
+    errors: list[object] = []
+    cards = card_usage(
+        {"n1": decode_node(node("n1"))},
+        [Device.from_dict(device("n1"))],
+        [decode_pod(pod("ok", "n1", {"gpu": [{"minor": 0, "resources": half},
+                                             {"minor": 1, "resources": half}]})),
+         decode_pod(pod("h", "n1", alloc))],
+        errors=errors,  # type: ignore[arg-type]
+    )
+    assert [(c.allocated, c.pods) for c in cards] == [card0, card1]
+    assert [p.name for p in errors] == ["h"]  # type: ignore[attr-defined]
+
+
+def test_render_shows_a_card_an_invalid_annotation_holds_as_full() -> None:
+    pods = [decode_pod(pod("h", "n1", share(0, -100)))]
+    out = render_inspect({"n1": decode_node(node("n1"))}, [Device.from_dict(device("n1"))], pods)
+    assert out.splitlines()[2].split()[:6] == ["n1", "0", "T4", "ok", "100/100", "16Gi/16Gi"]
+    assert HELD.replace("ns/h", "") in out.splitlines()[2]
 
 
 def test_render_marks_unhealthy_cards_and_filters_a_node() -> None:

@@ -96,17 +96,17 @@ OBJECTS: list[dict[str, Any]] = [
     pod("both", "node-a", {**koord(0, "4Gi"), **gpushare(0, 4)}),  # counted once
     pod("gone", "node-a", gpushare(0, 5), phase="Succeeded"),
     pod("share-2", "node-b", gpushare(1, 6)),
-    pod("broken", "node-b", {ALLOCATED: "{not json"}),
+    pod("broken", "node-b", {ALLOCATED: "{not json"}),  # holds every card of node-b whole
     pod("elsewhere", "node-c", gpushare(0, 1)),
 ]
 
 TABLE = """\
 NAME    IPADDRESS  GPU0(Allocated/Total)  GPU1(Allocated/Total)  GPU Memory(GiB)
 node-a  10.0.0.1   7/16                   12/40                  19/56
-node-b  10.0.0.2   0/15                   6/15                   6/30
+node-b  10.0.0.2   15/15                  21/15                  36/30
 --------------------------------------------------------------------------------
 Allocated/Total GPU Memory In Cluster:
-25/86 (29%)
+55/86 (63%)
 """
 
 DETAILS_NODE_B = """\
@@ -114,8 +114,9 @@ NAME:       node-b
 IPADDRESS:  10.0.0.2
 
 NAME         NAMESPACE  GPU0(Allocated)  GPU1(Allocated)
+broken       ns         15               15
 share-2      ns         0                6
-Allocated :  6 (20%)
+Allocated :  36 (120%)
 Total :      30
 --------------------------------------------------------
 """
@@ -133,7 +134,8 @@ def test_table_counts_both_kinds_of_pods_per_card() -> None:
     assert render_gpushare(view, problems) == TABLE + f"warning: {problems[0]}\n"
     assert problems == [
         "pod ns/broken: invalid scheduling.koordinator.sh/device-allocated annotation: invalid "
-        "JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"
+        "JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1) "
+        "(its cards count as fully used)"
     ]
 
 
@@ -143,7 +145,18 @@ def test_details_list_pods_per_card() -> None:
     assert DETAILS_NODE_B in out
     assert "both         ns         4                0" in out
     assert "koord-2      ns         0                2" in out
-    assert out.endswith("Allocated/Total GPU Memory In Cluster:  25/86 (29%)\n")
+    assert out.endswith("Allocated/Total GPU Memory In Cluster:  55/86 (63%)\n")
+
+
+def test_a_negative_amount_never_frees_gpu_memory() -> None:
+    """Issue 23: "-8Gi" was summed (card 0 shown at -1/16); it holds the card whole now."""
+    nodes = [decode_node(node("n", "1.2.3.4"))]
+    pods = [decode_pod(pod("ok", "n", koord(0, "7Gi"))),
+            decode_pod(pod("hostile", "n", koord(0, "-8Gi")))]
+    view, problems = gpushare_view(nodes, [Device.from_dict(device("n", ["16Gi", "40Gi"]))], pods)
+    assert [(c.index, c.pods) for c in view[0].cards] == [(0, {"ns/ok": 7, "ns/hostile": 16}),
+                                                          (1, {})]
+    assert len(problems) == 1 and "negative amount -8Gi" in problems[0]
 
 
 def test_mib_unit() -> None:

@@ -272,4 +272,34 @@ def test_annotation_errors_count_once_per_pod_and_text() -> None:
     view.pods.append(bound("worse", "n1", "[]"))
     assert errors() == 2
     pods = families(m)["koord_scheduler_device_pods"].samples
-    assert pods[0].value == 0  # a pod whose annotation does not decode holds nothing
+    assert pods[0].value == 2  # an annotation that does not decode holds every card
+
+
+NEGATIVE = ('{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"-100",'
+            '"koordinator.sh/gpu-memory-ratio":"-100"}}]}')
+
+
+def test_device_metrics_never_show_an_invalid_annotation_freeing_a_card() -> None:
+    """Issue 23: the per-card metrics summed the -100 (card 0 at -100 % allocated); now it
+    holds the card whole, as the scheduler's ledger counts it, and the node's gauge says so."""
+    m = SchedulerMetrics()
+    view = View(
+        {"n1": decode_node({"metadata": {"name": "n1"}})},
+        [gpu_device("n1", 2)],
+        [bound("hostile", "n1", NEGATIVE),
+         bound("ok", "n1", '{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"50"}}]}')],
+    )
+    m.watch_devices(lambda: view)
+    fams = families(m)
+    allocated = {(s.labels["minor"], s.labels["resource"]): s.value
+                 for s in fams["koord_scheduler_device_allocated"].samples}
+    assert allocated[("0", "koordinator.sh/gpu-core")] == 150
+    assert allocated[("0", "koordinator.sh/gpu-memory-ratio")] == 100 + 0
+    assert ("1", "koordinator.sh/gpu-core") not in allocated
+    pods = {s.labels["minor"]: s.value for s in fams["koord_scheduler_device_pods"].samples
+            if s.labels["device_type"] == "gpu"}
+    assert pods == {"0": 2, "1": 0}
+    invalid = fams["koord_scheduler_device_invalid_allocation_pods"].samples
+    assert [(s.labels, s.value) for s in invalid] == [({"node": "n1"}, 1)]
+    view.pods.pop(0)  # the pod is gone: so is the gauge's sample
+    assert not families(m)["koord_scheduler_device_invalid_allocation_pods"].samples

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, decode_allocations
 from apis.resources import GPU_CORE, GPU_MEMORY_RATIO
 from scheduler.config import parse_config
 from scheduler.plugins.deviceshare import new_deviceshare
@@ -561,3 +562,40 @@ def test_close_survives_a_bind_that_answers_after_the_shutdown_wait() -> None:
         threading.Timer(0.1, adv.gate.set).start()
         sched.close()  # waits for the bind, then applies its outcome
         assert truth.pods["default/p"].node_name == "g0"
+
+# -- issue 23, finding 3: a hostile device-allocated annotation never frees a card ---------------
+
+NEGATIVE_CARD_0 = (
+    '{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"-100",'
+    '"koordinator.sh/gpu-memory":"-16Gi","koordinator.sh/gpu-memory-ratio":"-100"}}]}'
+)
+
+
+def gpu_minors(truth: InMemoryCluster, key: str) -> list[int]:
+    text = truth.pods[key].annotations.get(ANNOTATION_DEVICE_ALLOCATED, "")
+    return [a.minor for a in decode_allocations(text).get("gpu", [])] if text else []
+
+
+def test_negative_amounts_on_a_pod_bound_by_node_name_never_let_two_pods_share_a_card() -> None:
+    """A pod created with spec.nodeName (no scheduler runs) and -100 on card 0 made the ledger
+    count card 0 as 200 % free, so the next two whole-card pods were both given card 0. The
+    annotation is invalid: card 0 counts as fully taken, and the pod gets one Warning."""
+    truth = gpu_node_truth(cards=2)
+    adv = AdversarialCluster(truth)
+    with scheduler_on(adv) as sched:
+        truth.apply_pod(
+            make_pod("hostile").req(cpu="1").node("g0")
+            .annotation(ANNOTATION_DEVICE_ALLOCATED, NEGATIVE_CARD_0).obj()
+        )
+        truth.apply_pod(gpu_pod("a"))
+        truth.apply_pod(gpu_pod("b"))
+        adv.deliver_all()
+        sched.run_until_idle()
+        adv.deliver_all()
+        sched.run_until_idle()
+        sched.wait_for_writes()
+    placed = {k: gpu_minors(truth, k) for k in ("default/a", "default/b")}
+    assert sorted(m for ms in placed.values() for m in ms) == [1], placed
+    warnings = [e for e in truth.events
+                if e.pod_key == "default/hostile" and e.reason == "InvalidDeviceAllocation"]
+    assert len(warnings) == 1 and warnings[0].type == "Warning", truth.events

@@ -30,6 +30,10 @@ allocate), ``scoring`` and the scheduler's one ``NodeDeviceLedger`` (all in
   allocation and its annotation in the entry; Unreserve releases it.
 - PreBind puts the ``device-allocated`` annotation (with each card's id) into
   ``state.bind_annotations``, so allocation and binding are one API write.
+- A bound pod whose ``device-allocated`` annotation the ledger finds invalid (it then holds
+  the cards it names whole) gets a Warning event ``InvalidDeviceAllocation``, once per
+  annotation text, written off the scheduling thread (``InvalidAllocationReporter``, one per
+  scheduler: the ledger below never calls the cluster).
 
 Card choice by an external scorer (the one hook other plugins may use, through cycle state
 only, since plugins never import each other): an object stored under ``PREFERRED_GPUS_KEY``
@@ -59,7 +63,7 @@ from apis.resources import DEVICE_GPU
 from scheduler.devices import ledger_of
 from scheduler.devices.allocator import allocate, allocate_plain, feasible_rows, insufficient
 from scheduler.devices.interconnect import set_score
-from scheduler.devices.ledger import NodeDeviceLedger
+from scheduler.devices.ledger import InvalidAllocation, NodeDeviceLedger
 from scheduler.devices.request import (
     GPU_MEMORY_INDEX,
     CardUse,
@@ -89,9 +93,11 @@ __all__ = [
     "ALLOCATION_KEY",
     "NAME",
     "PREFERRED_GPUS_KEY",
+    "REASON_INVALID_ALLOCATION",
     "STATE_KEY",
     "DeviceShare",
     "DeviceShareState",
+    "InvalidAllocationReporter",
 ]
 
 NAME = "DeviceShare"
@@ -103,6 +109,24 @@ ALLOCATION_KEY = "DeviceShare/allocation"
 
 
 _SHAPE_CACHE_MAX = 65536
+
+REASON_INVALID_ALLOCATION = "InvalidDeviceAllocation"
+"""Reason of the Warning event on a bound pod whose device-allocated annotation is invalid."""
+
+
+class InvalidAllocationReporter:
+    """The scheduler's one reporter of invalid annotations: the ledger's ``on_invalid``."""
+
+    def __init__(self, handle: Handle, ledger: NodeDeviceLedger) -> None:
+        self._handle = handle
+        ledger.on_invalid = self.report
+
+    def report(self, finding: InvalidAllocation) -> None:
+        client, pod, message = self._handle.client, finding.pod, finding.describe()
+        # On the worker pool: the ledger calls this on the scheduling thread.
+        self._handle.write_soon(
+            lambda: client.record_event(pod, "Warning", REASON_INVALID_ALLOCATION, message)
+        )
 
 
 def _shape(request: DeviceRequest) -> tuple[object, ...] | None:
@@ -220,10 +244,13 @@ class DeviceShare:
 
     @classmethod
     def with_handle(cls, handle: Handle, args: DeviceShareArgs | None = None) -> DeviceShare:
-        """The plugin over the scheduler's one shared ledger (its event handler registered
-        once, when the first profile creates it)."""
+        """The plugin over the scheduler's one shared ledger (its event handler and its
+        reporter of invalid annotations set up once, when the first profile creates it)."""
 
-        return cls(ledger_of(handle), args)
+        ledger = ledger_of(handle)
+        handle.component(InvalidAllocationReporter,
+                         lambda: InvalidAllocationReporter(handle, ledger))
+        return cls(ledger, args)
 
     def events_to_register(self) -> Sequence[ClusterEvent]:
         return (DEVICE_ADD, DEVICE_UPDATE, DEVICE_DELETE, ASSIGNED_POD_DELETE,

@@ -23,6 +23,8 @@ from apis.allocation import (
     encode_int_allocations,
     go_json_dumps,
     go_json_loads,
+    held_amounts,
+    read_allocations,
     read_int,
 )
 from apis.quantity import BINARY_SI, DECIMAL_SI, Quantity
@@ -396,3 +398,135 @@ def test_the_hot_path_encoder_is_byte_identical_to_the_reference(
         }
     )
     assert encode_int_allocations(allocs) == reference
+
+
+# -- read_allocations / held_amounts: counting what a bound pod's annotation holds (issue 23) ---
+
+
+def _gpu(resources: str, minor: str = "0") -> str:
+    return f'{{"gpu":[{{"minor":{minor},"resources":{{{resources}}}}}]}}'
+
+
+# (annotation, valid amounts, cards held whole, unreadable, a word of the problem)
+READINGS: list[object] = [
+    pytest.param(SPEC_GOLDEN, (("gpu", 0, ((CORE, 50), (MEM, 8 * GI), (RATIO, 50))),), (),
+                 False, None, id="spec-golden-valid"),
+    pytest.param(_gpu(f'"{CORE}":"0.5","{RATIO}":"1"'), (("gpu", 0, ((CORE, 1), (RATIO, 1))),),
+                 (), False, None, id="fraction-rounds-up"),
+    pytest.param(_gpu(f'"{MEM}":"1Ti"'), (("gpu", 0, ((MEM, 2**40),)),), (), False, None,
+                 id="1Ti-is-the-largest-memory"),
+    pytest.param('{"rdma":[{"minor":1,"resources":{"koordinator.sh/rdma":"100"}}]}',
+                 (("rdma", 1, ((RDMA, 100),)),), (), False, None, id="rdma-valid"),
+    pytest.param('{"xpu":[{"minor":0,"resources":{"x":"3"}}]}', (("xpu", 0, (("x", 3),)),), (),
+                 False, None, id="unknown-type-valid"),
+    pytest.param("{}", (), (), False, None, id="empty"),
+    pytest.param(_gpu(f'"{CORE}":"-100","{RATIO}":"-100"'), (), (("gpu", 0),), False,
+                 "negative amount -100", id="negative"),
+    pytest.param(_gpu(f'"{CORE}":-1e2'), (), (("gpu", 0),), False, "negative amount -100",
+                 id="negative-bare-exponent"),
+    pytest.param(_gpu(f'"{CORE}":"-1m","{RATIO}":"50"'), (), (("gpu", 0),), False,
+                 "negative amount -1m", id="negative-milli"),
+    pytest.param('{"xpu":[{"minor":0,"resources":{"x":"-3"}}]}', (), (("xpu", 0),), False,
+                 "negative", id="negative-unknown-type"),
+    pytest.param(_gpu(f'"{RATIO}":"200"'), (), (("gpu", 0),), False,
+                 "200 is more than one device has", id="percent-beyond-a-device"),
+    pytest.param('{"fpga":[{"minor":0,"resources":{"koordinator.sh/fpga":"1k"}}]}', (),
+                 (("fpga", 0),), False, "more than one device", id="fpga-beyond-a-device"),
+    pytest.param(_gpu(f'"{MEM}":"1025Gi"'), (), (("gpu", 0),), False, "more than one device",
+                 id="memory-beyond-1Ti"),
+    pytest.param(_gpu(f'"{CORE}":"50","x":"1e999"'), (), (("gpu", 0),), False,
+                 "more than one device", id="absurd-unknown-resource"),
+    pytest.param(_gpu(f'"{CORE}":"0","{RATIO}":"0","{MEM}":"0"'), (), (("gpu", 0),), False,
+                 "takes nothing", id="zero"),
+    pytest.param(_gpu(""), (), (("gpu", 0),), False, "takes nothing", id="no-resources"),
+    pytest.param('{"gpu":[{"minor":0}]}', (), (("gpu", 0),), False, "takes nothing",
+                 id="resources-missing"),
+    pytest.param(_gpu('"nvidia.com/gpu":"1"'), (), (("gpu", 0),), False, "takes nothing",
+                 id="only-unknown-resources"),
+    pytest.param('{"gpu":[{"minor":2,"resources":{"koordinator.sh/gpu-core":"10"}},'
+                 '{"minor":3,"resources":{"koordinator.sh/gpu-core":"10"}},'
+                 '{"minor":2,"resources":{"koordinator.sh/gpu-core":"10"}}]}',
+                 (("gpu", 3, ((CORE, 10),)),), (("gpu", 2),), False, "device 2 named twice",
+                 id="named-twice-both-entries-held-whole"),
+    pytest.param(_gpu(f'"{CORE}":"NaN"'), (), (), True, "invalid quantity", id="nan"),
+    pytest.param(_gpu(f'"{CORE}":"+Inf"'), (), (), True, "invalid quantity", id="inf"),
+    pytest.param(_gpu(f'"{CORE}":NaN'), (), (), True, "invalid JSON", id="bare-nan"),
+    pytest.param(_gpu(f'"{CORE}":"1e1000"'), (), (), True, "invalid quantity",
+                 id="beyond-what-a-quantity-holds"),
+    pytest.param(_gpu(f'"{CORE}":"lots"'), (), (), True, "invalid quantity", id="words"),
+    pytest.param(_gpu(f'"{CORE}":[1]'), (), (), True, "expected a quantity", id="array"),
+    pytest.param(_gpu(f'"{CORE}":"1"', minor="-1"), (), (), True, "must not be negative",
+                 id="negative-minor"),
+    pytest.param(_gpu(f'"{CORE}":"1"', minor="0.5"), (), (), True, "expected an integer",
+                 id="fractional-minor"),
+    pytest.param(_gpu(f'"{CORE}":"1"', minor="2147483648"), (), (), True, "int32",
+                 id="minor-beyond-int32"),
+    pytest.param('{"gpu":[null]}', (), (), True, "null", id="null-entry"),
+    pytest.param('{"gpu":{"minor":0}}', (), (), True, "expected an array", id="not-a-list"),
+    pytest.param("[]", (), (), True, "expected an object", id="top-level-array"),
+    pytest.param("", (), (), True, "invalid JSON", id="empty-text"),
+]
+
+
+@pytest.mark.parametrize(("text", "amounts", "whole", "unreadable", "problem"), READINGS)
+def test_read_allocations_never_counts_an_invalid_amount(
+    text: str,
+    amounts: tuple[object, ...],
+    whole: tuple[object, ...],
+    unreadable: bool,
+    problem: str | None,
+) -> None:
+    reading = read_allocations(text)
+    assert (reading.amounts, reading.whole, reading.unreadable) == (amounts, whole, unreadable)
+    assert reading.valid == (problem is None)
+    if problem is not None:
+        assert any(problem in p for p in reading.problems), reading.problems
+    assert all(a >= 0 for _, _, resources in reading.amounts for _, a in resources)
+
+
+CARDS = [("gpu", 0, {CORE: 100, RATIO: 100, MEM: 16 * GI}),
+         ("gpu", 1, {CORE: 100, RATIO: 100, MEM: 16 * GI}),
+         ("rdma", 0, {RDMA: 100})]
+
+
+@pytest.mark.parametrize(
+    ("text", "held"),
+    [
+        pytest.param(_gpu(f'"{CORE}":"50"', minor="7"), [("gpu", 7, {CORE: 50})],
+                     id="valid-on-a-card-the-node-lacks-counts-as-written"),
+        pytest.param(
+            '{"gpu":[{"minor":1,"resources":{"koordinator.sh/gpu-core":"50"}},'
+            '{"minor":0,"resources":{"koordinator.sh/gpu-core":"-50"}}]}',
+            [("gpu", 1, {CORE: 50}), ("gpu", 0, CARDS[0][2])], id="invalid-entry-holds-whole"),
+        pytest.param(_gpu(f'"{CORE}":"-50"', minor="7"), [],
+                     id="invalid-on-a-card-the-node-lacks-holds-nothing"),
+        pytest.param("garbage", [(t, m, c) for t, m, c in CARDS], id="unreadable-holds-all"),
+    ],
+)
+def test_held_amounts(text: str, held: list[object]) -> None:
+    assert held_amounts(read_allocations(text), CARDS) == held
+
+
+_amount = st.one_of(
+    st.integers(-200, 2**41),
+    st.sampled_from(["50", "-50", "8Gi", "-8Gi", "2Ti", "0.5", "NaN", "Inf", "x", "101"]),
+)
+_entry = st.fixed_dictionaries(
+    {"minor": st.one_of(st.integers(-1, 3), st.just("0"))},
+    optional={"resources": st.dictionaries(st.sampled_from([CORE, RATIO, MEM, "other"]),
+                                           _amount, max_size=3)},
+)
+_annotation = st.dictionaries(st.sampled_from(["gpu", "rdma", "xpu"]),
+                              st.lists(_entry, max_size=3), max_size=2).map(json.dumps)
+
+
+@given(_annotation)
+def test_what_an_annotation_holds_is_never_negative_nor_beyond_a_device(text: str) -> None:
+    reading = read_allocations(text)
+    assert reading.valid == (not reading.problems)
+    for device_type, minor, amounts in held_amounts(reading, CARDS):
+        assert all(0 <= a <= 2**40 for a in amounts.values()), (device_type, minor, amounts)
+        if device_type == "gpu":  # a GPU holder always takes something of the card
+            assert any(amounts.get(n, 0) > 0 for n in (CORE, RATIO, MEM)), amounts
+    keys = [(t, m) for t, m, _ in reading.amounts]
+    assert len(keys) == len(set(keys)) and not set(keys) & set(reading.whole)

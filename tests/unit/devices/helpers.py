@@ -152,6 +152,7 @@ def verify(ledger: NodeDeviceLedger) -> None:
                 meta = c["meta"]
                 total = meta.declared if meta is not None and meta.healthy else (0,) * n_res
                 assert list(c["used"]) == want, (node, device_type, minor)
+                assert min(want) >= 0, (node, device_type, minor)  # nothing frees a card
                 assert c["total"] == total, (node, device_type, minor)
                 free = [max(t - u, 0) for t, u in zip(total, want, strict=True)]
                 assert list(c["free"]) == free

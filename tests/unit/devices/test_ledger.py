@@ -12,18 +12,24 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, DeviceAllocation, encode_allocations
+from apis.allocation import (
+    ANNOTATION_DEVICE_ALLOCATED,
+    DeviceAllocation,
+    encode_allocations,
+    read_allocations,
+)
 from apis.checkpoint import PodDeviceEntry, encode_devices_checkpoints
 from apis.core import Pod
 from apis.device import ANNOTATION_DEVICES_CHECKPOINTS, Device
 from apis.partition import ANNOTATION_GPU_PARTITIONS, POLICY_HONOR
 from apis.topology import ANNOTATION_GPU_TOPOLOGY
 from scheduler.devices.allocator import allocate
-from scheduler.devices.ledger import NodeDeviceLedger, _Table
+from scheduler.devices.ledger import InvalidAllocation, NodeDeviceLedger, _Table
 from scheduler.devices.request import (
     RESERVED,
     CardUse,
     Holding,
+    node_cards,
     parse_request,
     uses_from_annotation,
 )
@@ -221,22 +227,152 @@ def test_checkpoint_devices_count_as_fully_used() -> None:
     verify(ledger)
 
 
-def test_malformed_annotations_are_counted_not_raised() -> None:
+def test_a_malformed_checkpoint_is_counted_not_raised() -> None:
     crd = device("n", gpu(0), annotations={ANNOTATION_DEVICES_CHECKPOINTS: "[{"})
-    bad = bound(gpu_pod("p", {"koordinator.sh/gpu": 50}), "n", '{"gpu":[{"minor":"x"}]}')
-    ledger = ledger_of([crd], [bad])
-    assert ledger.annotation_errors == 2
+    ledger = ledger_of([crd])
+    assert ledger.annotation_errors == 1
     assert used(ledger, "n", 0) == (0, 0, 0)
     verify(ledger)
 
 
-def test_malformed_annotation_keeps_our_reservation() -> None:
+# -- issue 23: an invalid device-allocated annotation only makes cards look more used -----------
+
+WHOLE80 = (100, 100, 80 * GI)
+IDLE = (0, 0, 0)
+
+
+def _one(resources: str, minor: str = "0") -> str:
+    return f'{{"gpu":[{{"minor":{minor},"resources":{{{resources}}}}}]}}'
+
+
+C, R, M = ('"koordinator.sh/gpu-core"', '"koordinator.sh/gpu-memory-ratio"',
+           '"koordinator.sh/gpu-memory"')
+# (annotation, card 0, card 1, reported): what a bound pod on a node of two 80Gi GPUs holds.
+HOSTILE: list[Any] = [
+    pytest.param(_one(f'{C}:"-100",{R}:"-100",{M}:"-80Gi"'), WHOLE80, IDLE, True,
+                 id="negative-amounts-hold-the-card-whole"),
+    pytest.param(_one(f'{C}:"50",{R}:"50",{M}:"-1"'), WHOLE80, IDLE, True,
+                 id="one-negative-amount"),
+    pytest.param(_one(f'{C}:-100,{R}:-100'), WHOLE80, IDLE, True, id="negative-bare-numbers"),
+    pytest.param(_one(f'{C}:"101",{R}:"100"'), WHOLE80, IDLE, True, id="percent-beyond-a-card"),
+    pytest.param(_one(f'{C}:"100",{M}:"1e30"'), WHOLE80, IDLE, True,
+                 id="memory-beyond-int64"),
+    pytest.param(_one(f'{C}:"100",{M}:"2Ti"'), WHOLE80, IDLE, True, id="memory-beyond-1Ti"),
+    pytest.param(_one(f'{C}:"0",{R}:"0"'), WHOLE80, IDLE, True, id="zero-amounts"),
+    pytest.param(_one(""), WHOLE80, IDLE, True, id="no-resources"),
+    pytest.param(_one('"nvidia.com/gpu":"1"'), WHOLE80, IDLE, True, id="only-unknown-resources"),
+    pytest.param('{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"50",'
+                 '"koordinator.sh/gpu-memory-ratio":"50"}},{"minor":0,"resources":'
+                 '{"koordinator.sh/gpu-core":"50","koordinator.sh/gpu-memory-ratio":"50"}}]}',
+                 WHOLE80, IDLE, True, id="card-named-twice"),
+    pytest.param('{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"-100"}},'
+                 '{"minor":1,"resources":{"koordinator.sh/gpu-core":"50",'
+                 '"koordinator.sh/gpu-memory-ratio":"50"}}]}',
+                 WHOLE80, (50, 50, 0), True, id="valid-entry-beside-an-invalid-one"),
+    pytest.param(_one(f'{C}:"NaN"'), WHOLE80, WHOLE80, True, id="nan-text-every-card"),
+    pytest.param(_one(f'{C}:"Inf"'), WHOLE80, WHOLE80, True, id="inf-text-every-card"),
+    pytest.param(_one(f'{C}:"lots"'), WHOLE80, WHOLE80, True, id="non-numeric-every-card"),
+    pytest.param(_one(f'{C}:true'), WHOLE80, WHOLE80, True, id="boolean-every-card"),
+    pytest.param(_one(f'{C}:"100"', minor="-1"), WHOLE80, WHOLE80, True,
+                 id="negative-minor-every-card"),
+    pytest.param(_one(f'{C}:"100"', minor='"0"'), WHOLE80, WHOLE80, True,
+                 id="string-minor-every-card"),
+    pytest.param(_one(f'{C}:"100"', minor="4294967296"), WHOLE80, WHOLE80, True,
+                 id="minor-beyond-int32-every-card"),
+    pytest.param('{"gpu":[null]}', WHOLE80, WHOLE80, True, id="null-entry-every-card"),
+    pytest.param('{"gpu":3}', WHOLE80, WHOLE80, True, id="type-not-a-list-every-card"),
+    pytest.param("not json", WHOLE80, WHOLE80, True, id="not-json-every-card"),
+    pytest.param("", WHOLE80, WHOLE80, True, id="empty-text-every-card"),
+    pytest.param(_one(f'{C}:"-100"', minor="7"), IDLE, IDLE, True,
+                 id="negative-on-a-card-the-node-lacks"),
+    pytest.param('{"xpu":[{"minor":0,"resources":{"x":"-1"}}]}', IDLE, IDLE, True,
+                 id="negative-on-an-unknown-type"),
+    pytest.param('{"xpu":[{"minor":0,"resources":{"x":"1"}}]}', IDLE, IDLE, False,
+                 id="valid-unknown-type-ignored"),
+    pytest.param(_one(f'{C}:"0.5",{R}:"500m",{M}:"1"'), (1, 1, 1), IDLE, False,
+                 id="fractions-round-up-valid"),
+    pytest.param("{}", IDLE, IDLE, False, id="empty-object-valid"),
+    pytest.param("null", IDLE, IDLE, False, id="null-valid"),
+]
+
+
+@pytest.mark.parametrize(("raw", "card0", "card1", "reported"), HOSTILE)
+def test_an_invalid_annotation_only_makes_cards_look_more_used(
+    raw: str, card0: tuple[int, ...], card1: tuple[int, ...], reported: bool
+) -> None:
+    findings: list[InvalidAllocation] = []
+    ledger = ledger_of([gpus("n", 2)])
+    ledger.on_invalid = findings.append
+    pod = bound(gpu_pod("p", {}), "n", raw)
+    ledger.apply_change(Change("Pod", None, pod))
+    assert (used(ledger, "n", 0), used(ledger, "n", 1)) == (card0, card1)
+    assert ledger.annotation_errors == int(reported)
+    assert [f.pod.uid for f in findings] == ([pod.uid] if reported else [])
+    verify(ledger)
+    rebuilt = NodeDeviceLedger.replay([gpus("n", 2)], [pod])
+    assert ledger.snapshot_state() == rebuilt.snapshot_state()
+    ledger.apply_change(Change("Pod", pod, None))
+    assert (used(ledger, "n", 0), used(ledger, "n", 1)) == (IDLE, IDLE)  # gone: released
+
+
+def test_an_invalid_annotation_is_reported_once_per_text() -> None:
+    findings: list[InvalidAllocation] = []
+    ledger = ledger_of([gpus("n", 2)])
+    ledger.on_invalid = findings.append
+    first = bound(gpu_pod("p", {}), "n", _one(f'{C}:"-100"'))
+    ledger.apply_change(Change("Pod", None, first))
+    ledger.apply_change(Change("Pod", first, first))  # a resync, a status update
+    assert [f.held for f in findings] == [(("gpu", 0),)]
+    second = bound(gpu_pod("p", {}), "n", _one(f'{C}:"-100"', minor="1"))
+    ledger.apply_change(Change("Pod", first, second))
+    assert [f.held for f in findings] == [(("gpu", 0),), (("gpu", 1),)]
+    assert (used(ledger, "n", 0), used(ledger, "n", 1)) == (IDLE, WHOLE80)
+    assert "gpu[0].resources" in findings[1].describe() and "gpu 1" in findings[1].describe()
+    fixed = bound(gpu_pod("p", {}), "n", HALF)
+    ledger.apply_change(Change("Pod", second, fixed))  # a valid text counts as written
+    assert (used(ledger, "n", 0), used(ledger, "n", 1)) == (IDLE, (50, 50, 40 * GI))
+    assert len(findings) == 2 and ledger.annotation_errors == 2
+    verify(ledger)
+
+
+def test_a_failing_reporter_never_breaks_the_accounting() -> None:
+    def boom(finding: InvalidAllocation) -> None:
+        raise RuntimeError("cluster down")
+
+    ledger = ledger_of([gpus("n", 2)])
+    ledger.on_invalid = boom
+    ledger.apply_change(Change("Pod", None, bound(gpu_pod("p", {}), "n", _one(f'{C}:"-1"'))))
+    assert used(ledger, "n", 0) == WHOLE80
+
+
+@pytest.mark.parametrize("raw", [_one(f'{C}:"-100"', minor="2"), "not json"])
+def test_what_an_invalid_annotation_holds_follows_the_device(raw: str) -> None:
+    """The pod is seen before its card: the card is held whole once the Device CR lists it
+    (and given back to nobody when the CR is deleted and re-created)."""
+    pod = bound(gpu_pod("p", {}), "n", raw)
+    ledger = ledger_of([gpus("n", 2)], [pod])
+    assert used(ledger, "n", 0) == (WHOLE80 if raw == "not json" else IDLE)
+    ledger.apply_change(Change("Device", gpus("n", 2), gpus("n", 3)))
+    assert used(ledger, "n", 2) == WHOLE80
+    ledger.apply_change(Change("Device", gpus("n", 3), None))
+    ledger.apply_change(Change("Device", None, gpus("n", 3)))
+    assert used(ledger, "n", 2) == WHOLE80
+    verify(ledger)
+    rebuilt = NodeDeviceLedger.replay([gpus("n", 3)], [pod])
+    assert ledger.snapshot_state() == rebuilt.snapshot_state()
+
+
+def test_an_invalid_annotation_keeps_our_reservation_beside_it() -> None:
     ledger = ledger_of([gpus("n", 2)])
     ledger.reserve("default/p", "n", [HALF_USE], HALF)
-    bad = bound(gpu_pod("p", {"koordinator.sh/gpu": 50}), "n", "not json")
+    bad = bound(gpu_pod("p", {"koordinator.sh/gpu": 50}), "n", _one(f'{C}:"-100"'))
     ledger.apply_change(Change("Pod", None, bad))
     assert ledger.annotation_errors == 1
-    assert used(ledger, "n", 1) == (50, 50, 40 * GI)
+    assert (used(ledger, "n", 0), used(ledger, "n", 1)) == (WHOLE80, (50, 50, 40 * GI))
+    ledger.apply_change(Change("Device", gpus("n", 2), gpus("n", 2, "40Gi")))
+    assert used(ledger, "n", 0) == (100, 100, 40 * GI)  # held whole as the card is now
+    assert used(ledger, "n", 1) == (50, 50, 40 * GI)    # our reservation still there
+    verify(ledger)
 
 
 def test_unknown_types_and_resources_are_ignored() -> None:
@@ -305,7 +441,28 @@ ops = st.one_of(
     st.tuples(st.just("delete_pod"), st.integers(0, 7)),
     st.tuples(st.just("terminal"), st.integers(0, 7)),
     st.tuples(st.just("malformed"), st.integers(0, 7), st.sampled_from(NODES)),
+    st.tuples(st.just("hostile"), st.integers(0, 7), st.sampled_from(NODES),
+              st.sampled_from(MINORS), st.sampled_from(range(4))),
 )
+HOSTILE_TEXTS = (  # by minor: negative, beyond a card, zero, named twice
+    lambda m: _one(f'{C}:"-100",{R}:"-100"', minor=str(m)),
+    lambda m: _one(f'{C}:"100",{M}:"1e30"', minor=str(m)),
+    lambda m: _one(f'{C}:"0"', minor=str(m)),
+    lambda m: f'{{"gpu":[{{"minor":{m},"resources":{{{C}:"10"}}}},'
+              f'{{"minor":{m},"resources":{{{C}:"10"}}}}]}}',
+)
+
+
+def _hostile_cards(pods: Any, devices: dict[str, Device]) -> set[tuple[str, str, int]]:
+    """The cards pods with an invalid annotation hold whole: not ours to keep within total."""
+    out: set[tuple[str, str, int]] = set()
+    for pod in pods:
+        reading = read_allocations(pod.annotations.get(ANNOTATION_DEVICE_ALLOCATED, "{}"))
+        d = devices.get(pod.node_name)
+        if reading.unreadable and d is not None:
+            out |= {(pod.node_name, t, m) for t, m, _ in node_cards(d)}
+        out |= {(pod.node_name, t, m) for t, m in reading.whole}
+    return out
 
 
 class _Model:
@@ -355,8 +512,9 @@ class _Model:
             pod = self.pods[f"default/p{op[1]}"]
             self.emit("Pod", pod, pod)
             assert self.ledger.snapshot_state() == before
-        elif name == "malformed" and f"p{op[1]}" not in self.reserved:
-            pod = bound(gpu_pod(f"p{op[1]}", {"nvidia.com/gpu": 1}), op[2], '{"gpu":3}')
+        elif name in ("malformed", "hostile") and f"p{op[1]}" not in self.reserved:
+            text = '{"gpu":3}' if name == "malformed" else HOSTILE_TEXTS[op[4]](op[3])
+            pod = bound(gpu_pod(f"p{op[1]}", {"nvidia.com/gpu": 1}), op[2], text)
             self.emit("Pod", self.pods.get(pod.key), pod)
             self.pods[pod.key] = pod
 
@@ -397,6 +555,7 @@ class _Model:
         state = self.ledger.snapshot_state()
         kubelet = {(n, u.device_type, u.minor) for n, _, uses in state["checkpoints"].values()
                    for u in uses}
+        kubelet |= _hostile_cards(self.pods.values(), self.devices)
         for name, node in state["nodes"].items():
             row = self.ledger.row_of(name)
             assert row is not None
@@ -407,8 +566,9 @@ class _Model:
             self.versions[name] = (int(self.ledger.row_version[row]), node)
             for device_type, cards in node["cards"].items():
                 for minor, c in cards.items():
-                    # A card the kubelet gave away under one of our pods is the world's
-                    # over-commit, not ours (``_reserve`` checks what we take).
+                    # A card the kubelet (or a hostile annotation) took under one of our
+                    # pods is the world's over-commit, not ours (``_reserve`` checks what
+                    # we take).
                     if c["healthy"] and (name, device_type, minor) not in kubelet:
                         assert all(u <= t for u, t in zip(c["used"], c["total"], strict=True)), c
                         assert all(u + f == t for u, f, t in

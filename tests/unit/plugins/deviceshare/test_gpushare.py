@@ -88,3 +88,14 @@ def test_bind_writes_gpushare_annotations_and_device_allocated() -> None:
 def test_unit_arg_is_validated() -> None:
     with pytest.raises(Exception, match="gpushareMemoryUnit: must be GiB or MiB"):
         plugin_of([device("n", gpu(0, "16Gi"))], args={"gpushareMemoryUnit": "KiB"})
+
+
+def test_gpushare_units_beyond_int64_fill_the_card_instead_of_breaking_the_ledger() -> None:
+    """Anyone may write these on a pod bound by nodeName: 10**25 GiB raised OverflowError out
+    of the ledger's event handler (the scheduling thread); it now counts as the whole card."""
+    huge = gs_pod("huge", 1, ALIYUN_COM_GPU_MEM_IDX="0",
+                  ALIYUN_COM_GPU_MEM_POD="9" * 25).node("n").build()
+    ledger = ledger_of([device("n", gpu(0, "16Gi"), gpu(1, "16Gi"))], [huge])
+    free = {c.minor: c.free for c in ledger.node_view("n", ("gpu",)).cards["gpu"]}
+    assert free[0][2] == 0 and free[1][2] == 16 * GI
+    verify(ledger)

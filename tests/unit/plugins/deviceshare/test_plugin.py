@@ -83,6 +83,26 @@ def test_profiles_share_one_ledger_and_one_handler() -> None:
     assert len(handlers) == 1
 
 
+def test_an_invalid_annotation_gets_one_warning_however_many_profiles() -> None:
+    """The ledger finds it (once per text); one reporter per scheduler writes the event."""
+    shared: dict[str, Any] = {}
+    handlers: list[Callable[[Change], None]] = []
+    client = RecordingClient()
+    for name in ("a", "b"):
+        new_deviceshare({}, Handle(snapshot_of([]), client, ManualClock(), name,
+                                   shared=shared, event_handlers=handlers))
+    hostile = bound(gpu_pod("h", {}), "n", '{"gpu":[{"minor":0,"resources":'
+                    '{"koordinator.sh/gpu-core":"-100"}}]}')
+    for handler in handlers:
+        handler(Change("Device", None, device("n", gpu(0, "16Gi"))))
+        handler(Change("Pod", None, hostile))
+        handler(Change("Pod", hostile, hostile))
+    assert [(k, t, r) for k, t, r, _ in client.events] == [
+        ("default/h", "Warning", "InvalidDeviceAllocation")]
+    message = client.events[0][3]
+    assert "negative amount -100" in message and "node n: gpu 0" in message
+
+
 def test_events_to_register() -> None:
     plugin, _ = plugin_of([])
     assert set(plugin.events_to_register()) == {
