@@ -41,6 +41,7 @@ from scheduler.extender.protocol import (
     PreemptionArgs,
 )
 from scheduler.framework.cycle_state import CycleState
+from scheduler.framework.events import Change
 from scheduler.framework.status import Code
 from scheduler.framework.types import SlotNodes
 from scheduler.scheduler import Placement, Scheduler
@@ -77,6 +78,7 @@ class ExtenderEngine:
         self._lookup = lookup_pod
         self._timeout = timeout
         self._pods: OrderedDict[str, Pod] = OrderedDict()
+        sched.profiles[profile].handle.add_event_handler(self._track_nomination)
 
     # -- verbs ------------------------------------------------------------------------------------
 
@@ -203,6 +205,18 @@ class ExtenderEngine:
             if fits:
                 kept[node] = (uids, violations)
         return kept
+
+    def _track_nomination(self, change: Change) -> None:
+        """kube-scheduler's nominations count here as the scheduler's own (scheduling thread):
+        the pods it preempts for are not ours by schedulerName, so the core would not track
+        them, yet Filter and Reserve must keep their room (kube's rule)."""
+        new = change.new
+        if change.kind != "Pod" or new is None or new.assigned or new.terminal:
+            return  # gone or bound: the core has dropped any nomination already
+        if new.scheduler_name in self._sched.profiles:
+            return  # the core tracks its own
+        old = change.old if change.old is not None and change.old.uid == new.uid else None
+        self._sched.nominator.update(old, new)
 
     # -- helpers ----------------------------------------------------------------------------------
 

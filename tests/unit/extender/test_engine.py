@@ -201,3 +201,36 @@ def test_binpack_compares_free_memory_not_the_profiles_card_score() -> None:
         cluster.apply_pod(gs_pod("six", 6).obj())
         assert r.engine.bind(bind_args(r, "six", "n")) == ""
     assert cluster.pods["default/six"].annotations["ALIYUN_COM_GPU_MEM_IDX"] == "0"
+
+
+def gpu_minors(r: Any, name: str) -> list[int]:
+    text = r.cluster.pods[f"default/{name}"].annotations[ANNOTATION_DEVICE_ALLOCATED]
+    return [alloc["minor"] for alloc in json.loads(text)["gpu"]]
+
+
+
+@pytest.mark.parametrize(
+    ("cleared", "thief_card"),
+    [pytest.param(False, 0, id="nominated"), pytest.param(True, 1, id="nomination-cleared")],
+)
+def test_a_bind_keeps_the_card_of_a_pod_kube_scheduler_nominated_there(
+    cleared: bool, thief_card: int
+) -> None:
+    """kube-scheduler preempted for ``high`` and nominated it to n (its status says so; the
+    victims are gone). ``thief``, as important, fits on card 0 beside ``keeper``: its bind
+    must not take card 1, the whole card kept for ``high`` — kube-scheduler's pods are not
+    ours by schedulerName, yet their nominations count, until kube-scheduler clears them."""
+    cluster = gpu_cluster({"n": ["16Gi", "16Gi"]})
+    with running(cluster) as r:
+        cluster.apply_pod(koord_pod("keeper", 50).priority(10).obj())
+        assert r.engine.bind(bind_args(r, "keeper", "n")) == ""
+        assert gpu_minors(r, "keeper") == [0]
+        high = cluster.apply_pod(koord_pod("high", 100).priority(10).nominated("n").obj())
+        if cleared:
+            cluster.set_nominated_node(high, "")
+        cluster.apply_pod(koord_pod("thief", 50).priority(10).obj())
+        assert r.engine.bind(bind_args(r, "thief", "n")) == ""
+        assert gpu_minors(r, "thief") == [thief_card]
+        if not cleared:
+            assert r.engine.bind(bind_args(r, "high", "n")) == ""
+            assert gpu_minors(r, "high") == [1]
