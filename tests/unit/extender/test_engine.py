@@ -9,10 +9,12 @@ from typing import Any
 import pytest
 
 from apis.allocation import ANNOTATION_DEVICE_ALLOCATED
+from scheduler.devices import ledger_of
 from scheduler.extender.engine import NotLeader
 from scheduler.extender.protocol import BindingArgs, PreemptionArgs
+from tests.adversarial_cluster import AdversarialCluster
 from tests.builders import PodBuilder, make_pod
-from tests.unit.extender.harness import gpu_cluster, running
+from tests.unit.extender.harness import PROFILE, gpu_cluster, running
 
 GI = 1 << 30
 
@@ -110,6 +112,46 @@ def test_a_pod_re_created_under_the_same_name_is_not_bound_by_the_old_uid() -> N
     assert "re-created" in error or "not found" in error
     assert cluster.pods["default/p"].node_name == ""
 
+
+RECREATED = "pod default/p was re-created (uid new, not old): not bound"
+GONE = "pod default/p (uid old) no longer exists: not bound"
+
+
+@pytest.mark.parametrize(
+    ("successor", "informer_lags", "error"),
+    [
+        pytest.param(True, False, RECREATED, id="re-created-informer-saw-it"),
+        pytest.param(True, True, RECREATED, id="re-created-informer-lags"),
+        pytest.param(False, True, GONE, id="deleted-informer-lags"),
+    ],
+)
+def test_a_bind_for_a_filtered_uid_deleted_since_is_refused(
+    successor: bool, informer_lags: bool, error: str
+) -> None:
+    """kube-scheduler filtered ``p`` (uid old); it was deleted (and re-created: uid new)
+    before the bind came. The bind names the old UID: binding it would land on the successor
+    (a v1.20 API server binds by name) and hold the old reservation for good. Refused, with
+    no write and no ledger change, whether or not our informer has seen the delete."""
+    truth = gpu_cluster({"n": ["16Gi"]})
+    port = AdversarialCluster(truth)
+    port.ignore_binding_uid = True
+    with running(truth, port=port) as r:
+        old = truth.apply_pod(koord_pod("p", 50).uid("old").obj())
+        port.deliver_all()
+        assert r.engine.filter(old, ["n"]).node_names == ["n"]
+        truth.delete_pod("default/p")
+        if successor:
+            truth.apply_pod(koord_pod("p", 50).uid("new").obj())
+        if not informer_lags:
+            port.deliver_all()
+        ledger = ledger_of(r.sched.profiles[PROFILE].handle)
+        before = r.sched.call_soon(ledger.snapshot_state).result(10)
+        answer = r.engine.bind(BindingArgs("default", "p", "old", "n"))
+        after = r.sched.call_soon(ledger.snapshot_state).result(10)
+    assert answer == error
+    assert port.bind_calls == 0
+    assert all(not p.node_name for p in truth.pods.values())
+    assert after == before
 
 def test_bind_of_a_pod_already_bound_answers_an_error_without_a_write() -> None:
     cluster = gpu_cluster({"n": ["16Gi"]})
