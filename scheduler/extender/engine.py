@@ -18,17 +18,18 @@ Invariants:
   write failed) answers an error after releasing what it reserved; an outcome not known in time
   answers an error while the reservation stays until the outcome is known (never released on a
   timer).
-- Pods seen in filter/prioritize are remembered (bounded) for the bind that follows; an unknown
-  pod is read from the cluster.
+- A bind binds only the UID it names, read from the API server (``lookup_pod``) just before:
+  a pod deleted (and re-created under its name) since kube-scheduler filtered it answers an
+  error with no write and no reservation, even while our informer has not seen the delete.
+- kube-scheduler's nominations (its pods are not ours by schedulerName) are tracked by the
+  core's nominator, so Filter and Reserve keep the room of its preemptors.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import replace
 from typing import Final, TypeVar
 
 import numpy as np
@@ -41,6 +42,7 @@ from scheduler.extender.protocol import (
     PreemptionArgs,
 )
 from scheduler.framework.cycle_state import CycleState
+from scheduler.framework.events import Change
 from scheduler.framework.status import Code
 from scheduler.framework.types import SlotNodes
 from scheduler.scheduler import Placement, Scheduler
@@ -49,7 +51,6 @@ __all__ = ["ExtenderEngine", "NotLeader"]
 
 T = TypeVar("T")
 
-REMEMBERED_PODS: Final = 10_000
 DEVICE_FILTERS: Final = ("DeviceShare",)
 """The Filter plugins the preempt verb re-runs with the victims removed (kube-scheduler has
 already judged everything else it knows about)."""
@@ -76,18 +77,16 @@ class ExtenderEngine:
         self._leading = leading
         self._lookup = lookup_pod
         self._timeout = timeout
-        self._pods: OrderedDict[str, Pod] = OrderedDict()
+        sched.profiles[profile].handle.add_event_handler(self._track_nomination)
 
     # -- verbs ------------------------------------------------------------------------------------
 
     def filter(self, pod: Pod, node_names: Sequence[str]) -> FilterResult:
         self._check_leader()
-        self._remember(pod)
         return self._on_scheduler(lambda: self._filter_now(pod, node_names))
 
     def prioritize(self, pod: Pod, node_names: Sequence[str]) -> list[tuple[str, int]]:
         self._check_leader()
-        self._remember(pod)
         return self._on_scheduler(lambda: self._prioritize_now(pod, node_names))
 
     def bind(self, args: BindingArgs) -> str:
@@ -102,7 +101,6 @@ class ExtenderEngine:
         except FutureTimeout:
             return f"binding {pod.key} to {args.node}: no outcome within {self._timeout:g}s"
         if outcome.bound:
-            self._pods.pop(pod.uid, None)
             return ""
         return f"binding {pod.key} to {args.node} failed ({outcome.resolution}): {outcome.message}"
 
@@ -204,6 +202,18 @@ class ExtenderEngine:
                 kept[node] = (uids, violations)
         return kept
 
+    def _track_nomination(self, change: Change) -> None:
+        """kube-scheduler's nominations count here as the scheduler's own (scheduling thread):
+        the pods it preempts for are not ours by schedulerName, so the core would not track
+        them, yet Filter and Reserve must keep their room (kube's rule)."""
+        new = change.new
+        if change.kind != "Pod" or new is None or new.assigned or new.terminal:
+            return  # gone or bound: the core has dropped any nomination already
+        if new.scheduler_name in self._sched.profiles:
+            return  # the core tracks its own
+        old = change.old if change.old is not None and change.old.uid == new.uid else None
+        self._sched.nominator.update(old, new)
+
     # -- helpers ----------------------------------------------------------------------------------
 
     def _check_leader(self) -> None:
@@ -218,26 +228,23 @@ class ExtenderEngine:
                 f"the scheduling thread did not answer within {self._timeout:g}s"
             ) from None
 
-    def _remember(self, pod: Pod) -> None:
-        if not pod.uid:
-            return
-        self._pods[pod.uid] = pod
-        self._pods.move_to_end(pod.uid)
-        while len(self._pods) > REMEMBERED_PODS:
-            self._pods.popitem(last=False)
-
     def _pod_for(self, args: BindingArgs) -> Pod | str:
-        pod = self._pods.get(args.uid) if args.uid else None
+        """The pod the bind names, as the API server has it now; else the error to answer.
+
+        Read from the API server, not from the filter request or our informer: the pod may have
+        been deleted (and re-created under its name) since kube-scheduler filtered it, and the
+        informer may not have seen that yet. Binding then would hand a v1.20 API server (it
+        binds by name) the successor, and the old UID's reservation would never be released."""
+        key = f"{args.namespace}/{args.name}"
+        try:
+            pod = self._lookup(Pod(namespace=args.namespace, name=args.name, uid=args.uid))
+        except Exception as exc:  # the API is unreachable: kube-scheduler retries
+            return f"reading pod {key}: {exc}"
         if pod is None:
-            stub = Pod(namespace=args.namespace, name=args.name, uid=args.uid)
-            try:
-                pod = self._lookup(stub)
-            except Exception as exc:  # the API is unreachable: kube-scheduler retries
-                return f"reading pod {args.namespace}/{args.name}: {exc}"
-            if pod is None:
-                return f"pod {args.namespace}/{args.name} not found"
+            who = f"pod {key} (uid {args.uid})" if args.uid else f"pod {key}"
+            return f"{who} no longer exists: not bound"
         if args.uid and pod.uid != args.uid:
-            return f"pod {pod.key} was re-created (uid {pod.uid}, not {args.uid})"
+            return f"pod {key} was re-created (uid {pod.uid}, not {args.uid}): not bound"
         if pod.node_name:
-            return f"pod {pod.key} is already bound to {pod.node_name}"
-        return replace(pod, node_name="")
+            return f"pod {key} is already bound to {pod.node_name}"
+        return pod

@@ -125,6 +125,10 @@ class PluginsRunner(Protocol):
         self, state: CycleState, pod: Pod, node: NodeInfo
     ) -> Status | None: ...
 
+    def with_nominated_pods(
+        self, state: CycleState, pod: Pod, node: NodeInfo
+    ) -> tuple[CycleState, NodeInfo] | Status | None: ...
+
 
 class Handle:
     """What a plugin may use: the snapshot, the cluster client, the clock, shared state,

@@ -341,7 +341,7 @@ class Framework:
         copies of the state and the node) and without them — and must pass both times: the
         nominated pods' room is kept for them, yet ``pod`` is not made to depend on them being
         placed there."""
-        added = self._with_nominated_pods(state, pod, node)
+        added = self.with_nominated_pods(state, pod, node)
         if isinstance(added, Status):
             return added
         if added is not None:
@@ -350,9 +350,13 @@ class Framework:
                 return status
         return self.run_filter(state, pod, node)
 
-    def _with_nominated_pods(
+    def with_nominated_pods(
         self, state: CycleState, pod: Pod, node: NodeInfo
     ) -> tuple[CycleState, NodeInfo] | Status | None:
+        """Copies of ``state`` and ``node`` with the pods nominated to ``node`` that ``pod``
+        must respect (another pod's, of equal or higher priority) added through the PreFilter
+        extensions' AddPod; None when there are none. Filter runs on it, and DeviceShare's
+        Reserve chooses cards in it, so both see the same kept room."""
         nominator = self.handle.nominator
         if not nominator:
             return None
@@ -475,7 +479,7 @@ class Framework:
         return FilterOutcome(feasible, processed, diagnose)
 
     def _filter_nominated(self, state: CycleState, pod: Pod, node: NodeInfo) -> Status | None:
-        added = self._with_nominated_pods(state, pod, node)
+        added = self.with_nominated_pods(state, pod, node)
         if added is None or isinstance(added, Status):
             return added
         return self.run_filter(added[0], pod, added[1])

@@ -27,7 +27,9 @@ allocate), ``scoring`` and the scheduler's one ``NodeDeviceLedger`` (all in
 - Reserve allocates on the chosen node (plain GPU requests without an external preference
   through ``allocate_plain``, which reads the ledger's row instead of building a
   ``NodeView``: the same cards), records it in the ledger under the pod's uid and keeps the
-  allocation and its annotation in the entry; Unreserve releases it.
+  allocation and its annotation in the entry; Unreserve releases it. Where pods the pod must
+  respect are nominated to the node, the cards are chosen with them added exactly as Filter
+  added them (the runner's ``with_nominated_pods``), so the cards kept for them stay free.
 - PreBind puts the ``device-allocated`` annotation (with each card's id) into
   ``state.bind_annotations``, so allocation and binding are one API write.
 - A bound pod whose ``device-allocated`` annotation the ledger finds invalid (it then holds
@@ -230,8 +232,11 @@ class DeviceShare:
         ledger: NodeDeviceLedger,
         args: DeviceShareArgs | None = None,
         clock_ns: Callable[[], int] = time.time_ns,
+        handle: Handle | None = None,
     ) -> None:
         self.ledger = ledger
+        self._handle = handle
+        """For Reserve: the nominated pods and the runner that adds them (None: no nominees)."""
         self._clock_ns = clock_ns
         self.args = args if args is not None else DeviceShareArgs()
         # One unit per scheduler: the ledger accounts gpushare-placed pods with it too.
@@ -248,9 +253,10 @@ class DeviceShare:
         reporter of invalid annotations set up once, when the first profile creates it)."""
 
         ledger = ledger_of(handle)
-        handle.component(InvalidAllocationReporter,
-                         lambda: InvalidAllocationReporter(handle, ledger))
-        return cls(ledger, args)
+        handle.component(
+            InvalidAllocationReporter, lambda: InvalidAllocationReporter(handle, ledger)
+        )
+        return cls(ledger, args, handle=handle)
 
     def events_to_register(self) -> Sequence[ClusterEvent]:
         return (DEVICE_ADD, DEVICE_UPDATE, DEVICE_DELETE, ASSIGNED_POD_DELETE,
@@ -509,7 +515,10 @@ class DeviceShare:
             return error(exc)
         if entry.request is None:
             return None
-        result = self._allocate(state, node_name, entry.request)
+        nominated = self._with_nominated(state, pod, node_name)
+        if isinstance(nominated, Status):
+            return nominated
+        result = self._allocate(state, node_name, entry.request, nominated)
         if isinstance(result, Status):
             return result
         entry.annotation = self._annotation(node_name, result)
@@ -519,18 +528,48 @@ class DeviceShare:
         state.write(ALLOCATION_KEY, entry.annotation)
         return None
 
+    def _with_nominated(
+        self, state: CycleState, pod: Pod, node: str
+    ) -> DeviceShareState | Status | None:
+        """The entry as Filter saw ``node`` with the pods nominated there that ``pod`` must
+        respect added (the runner's ``with_nominated_pods``, the same AddPod that Filter ran);
+        None when there are none, so Reserve keeps its fast path."""
+        handle = self._handle
+        if handle is None or not handle.nominator or handle.runner is None:
+            return None
+        if not handle.nominator.nominated_pods(node):
+            return None
+        info = handle.snapshot.get(node)
+        if info is None:
+            return None
+        added = handle.runner.with_nominated_pods(state, pod, info)
+        if added is None or isinstance(added, Status):
+            return added
+        return self.entry(added[0])
+
     def _allocate(
-        self, state: CycleState, node: str, request: DeviceRequest
+        self,
+        state: CycleState,
+        node: str,
+        request: DeviceRequest,
+        nominated: DeviceShareState | None = None,
     ) -> list[CardUse] | Status:
         """``allocate`` on ``node``, on the externally preferred GPUs when they can serve the
         request; without a preference, plain requests read the ledger's row directly
-        (``allocate_plain``, the same result)."""
+        (``allocate_plain``, the same result). With ``nominated`` (pods nominated to ``node``
+        that this pod must respect), on the node as Filter saw it with them added: the cards
+        kept for them are not chosen."""
         preference = state.get(PREFERRED_GPUS_KEY)
-        if preference is None:
-            plain = allocate_plain(self.ledger, node, request, self.scorer)
-            if plain is not None:
-                return plain
-        view = self.ledger.node_view(node, request.device_types)
+        if nominated is not None:
+            if node in nominated.saturated:
+                return unschedulable(insufficient(request.device_types[0]))
+            view = self._view(nominated, request.device_types, node)
+        else:
+            if preference is None:
+                plain = allocate_plain(self.ledger, node, request, self.scorer)
+                if plain is not None:
+                    return plain
+            view = self.ledger.node_view(node, request.device_types)
         gpus = view.cards.get(DEVICE_GPU)
         if preference is not None and gpus:
             wanted = preference.get(view.name)

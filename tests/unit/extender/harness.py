@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from scheduler.cluster import Cluster
 from scheduler.config import default_config, parse_config
 from scheduler.extender.engine import ExtenderEngine
 from scheduler.plugins.registry import default_plugins, in_tree_registry
@@ -70,8 +71,14 @@ class Running:
 
 @contextmanager
 def running(
-    cluster: InMemoryCluster, scoring: str | None = None, timeout: float = 30.0
+    cluster: InMemoryCluster,
+    scoring: str | None = None,
+    timeout: float = 30.0,
+    port: Cluster | None = None,
 ) -> Iterator[Running]:
+    """The core over ``cluster``, or over ``port`` (e.g. an ``AdversarialCluster`` whose truth
+    is ``cluster``: a lagging informer, a v1.20 API server) when given."""
+    via: Cluster = port if port is not None else cluster
     if scoring is None:
         config = default_config()
     else:
@@ -94,7 +101,7 @@ def running(
         )
     sched = Scheduler(
         config,
-        cluster,
+        via,
         in_tree_registry(),
         default_plugins(),
         rng=random.Random(0),
@@ -105,7 +112,7 @@ def running(
         sched,
         PROFILE,
         leading=lambda: leading[0],
-        lookup_pod=cluster.lookup_pod,
+        lookup_pod=via.lookup_pod,
         timeout=timeout,
     )
     stop = threading.Event()

@@ -9,10 +9,12 @@ from typing import Any
 import pytest
 
 from apis.allocation import ANNOTATION_DEVICE_ALLOCATED
+from scheduler.devices import ledger_of
 from scheduler.extender.engine import NotLeader
 from scheduler.extender.protocol import BindingArgs, PreemptionArgs
+from tests.adversarial_cluster import AdversarialCluster
 from tests.builders import PodBuilder, make_pod
-from tests.unit.extender.harness import gpu_cluster, running
+from tests.unit.extender.harness import PROFILE, gpu_cluster, running
 
 GI = 1 << 30
 
@@ -111,6 +113,46 @@ def test_a_pod_re_created_under_the_same_name_is_not_bound_by_the_old_uid() -> N
     assert cluster.pods["default/p"].node_name == ""
 
 
+RECREATED = "pod default/p was re-created (uid new, not old): not bound"
+GONE = "pod default/p (uid old) no longer exists: not bound"
+
+
+@pytest.mark.parametrize(
+    ("successor", "informer_lags", "error"),
+    [
+        pytest.param(True, False, RECREATED, id="re-created-informer-saw-it"),
+        pytest.param(True, True, RECREATED, id="re-created-informer-lags"),
+        pytest.param(False, True, GONE, id="deleted-informer-lags"),
+    ],
+)
+def test_a_bind_for_a_filtered_uid_deleted_since_is_refused(
+    successor: bool, informer_lags: bool, error: str
+) -> None:
+    """kube-scheduler filtered ``p`` (uid old); it was deleted (and re-created: uid new)
+    before the bind came. The bind names the old UID: binding it would land on the successor
+    (a v1.20 API server binds by name) and hold the old reservation for good. Refused, with
+    no write and no ledger change, whether or not our informer has seen the delete."""
+    truth = gpu_cluster({"n": ["16Gi"]})
+    port = AdversarialCluster(truth)
+    port.ignore_binding_uid = True
+    with running(truth, port=port) as r:
+        old = truth.apply_pod(koord_pod("p", 50).uid("old").obj())
+        port.deliver_all()
+        assert r.engine.filter(old, ["n"]).node_names == ["n"]
+        truth.delete_pod("default/p")
+        if successor:
+            truth.apply_pod(koord_pod("p", 50).uid("new").obj())
+        if not informer_lags:
+            port.deliver_all()
+        ledger = ledger_of(r.sched.profiles[PROFILE].handle)
+        before = r.sched.call_soon(ledger.snapshot_state).result(10)
+        answer = r.engine.bind(BindingArgs("default", "p", "old", "n"))
+        after = r.sched.call_soon(ledger.snapshot_state).result(10)
+    assert answer == error
+    assert port.bind_calls == 0
+    assert all(not p.node_name for p in truth.pods.values())
+    assert after == before
+
 def test_bind_of_a_pod_already_bound_answers_an_error_without_a_write() -> None:
     cluster = gpu_cluster({"n": ["16Gi"]})
     with running(cluster) as r:
@@ -201,3 +243,36 @@ def test_binpack_compares_free_memory_not_the_profiles_card_score() -> None:
         cluster.apply_pod(gs_pod("six", 6).obj())
         assert r.engine.bind(bind_args(r, "six", "n")) == ""
     assert cluster.pods["default/six"].annotations["ALIYUN_COM_GPU_MEM_IDX"] == "0"
+
+
+def gpu_minors(r: Any, name: str) -> list[int]:
+    text = r.cluster.pods[f"default/{name}"].annotations[ANNOTATION_DEVICE_ALLOCATED]
+    return [alloc["minor"] for alloc in json.loads(text)["gpu"]]
+
+
+
+@pytest.mark.parametrize(
+    ("cleared", "thief_card"),
+    [pytest.param(False, 0, id="nominated"), pytest.param(True, 1, id="nomination-cleared")],
+)
+def test_a_bind_keeps_the_card_of_a_pod_kube_scheduler_nominated_there(
+    cleared: bool, thief_card: int
+) -> None:
+    """kube-scheduler preempted for ``high`` and nominated it to n (its status says so; the
+    victims are gone). ``thief``, as important, fits on card 0 beside ``keeper``: its bind
+    must not take card 1, the whole card kept for ``high`` — kube-scheduler's pods are not
+    ours by schedulerName, yet their nominations count, until kube-scheduler clears them."""
+    cluster = gpu_cluster({"n": ["16Gi", "16Gi"]})
+    with running(cluster) as r:
+        cluster.apply_pod(koord_pod("keeper", 50).priority(10).obj())
+        assert r.engine.bind(bind_args(r, "keeper", "n")) == ""
+        assert gpu_minors(r, "keeper") == [0]
+        high = cluster.apply_pod(koord_pod("high", 100).priority(10).nominated("n").obj())
+        if cleared:
+            cluster.set_nominated_node(high, "")
+        cluster.apply_pod(koord_pod("thief", 50).priority(10).obj())
+        assert r.engine.bind(bind_args(r, "thief", "n")) == ""
+        assert gpu_minors(r, "thief") == [thief_card]
+        if not cleared:
+            assert r.engine.bind(bind_args(r, "high", "n")) == ""
+            assert gpu_minors(r, "high") == [1]

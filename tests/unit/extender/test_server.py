@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from scheduler.extender.server import ExtenderServer
+from tests.adversarial_cluster import AdversarialCluster
 from tests.builders import make_pod
 from tests.unit.extender.harness import Running, gpu_cluster, running
 
@@ -18,9 +19,15 @@ OBSERVED: list[tuple[str, int]] = []
 
 
 @contextmanager
-def serving() -> Iterator[tuple[Running, str]]:
+def serving(v120_lagging: bool = False) -> Iterator[tuple[Running, str]]:
+    """``v120_lagging``: the core reaches the cluster through an ``AdversarialCluster`` that
+    binds by name (a v1.20 API server) and delivers no change made after the start."""
     cluster = gpu_cluster({"n": ["16Gi", "16Gi"]})
-    with running(cluster) as r:
+    port = None
+    if v120_lagging:
+        port = AdversarialCluster(cluster)
+        port.ignore_binding_uid = True
+    with running(cluster, port=port) as r:
         server = ExtenderServer(
             "127.0.0.1",
             0,
@@ -93,3 +100,23 @@ def test_bad_requests_get_one_line_and_the_server_keeps_serving() -> None:
         assert call(f"{base}/filter")[0] == 405
         assert call(f"{base}/version")[0] == 200
     assert ("filter", 400) in OBSERVED
+
+
+def test_a_bind_for_a_uid_re_created_since_its_filter_answers_an_error() -> None:
+    """The bind names the UID kube-scheduler filtered; the pod of that name is another one now
+    (our informer has not seen it yet). Binding would land on the successor: an error, no
+    write."""
+    with serving(v120_lagging=True) as (r, base):
+        pod = make_pod("p").uid("old").req(cpu="1").limit({"aliyun.com/gpu-mem": "3"}).obj()
+        r.cluster.apply_pod(pod)
+        code, body = call(f"{base}/gpushare-scheduler/filter", {"pod": pod, "nodenames": ["n"]})
+        assert code == 200 and json.loads(body)["nodenames"] == ["n"]
+        r.cluster.delete_pod("default/p")
+        r.cluster.apply_pod(make_pod("p").uid("new").req(cpu="1").obj())
+        args = {"PodName": "p", "PodNamespace": "default", "PodUID": "old", "Node": "n"}
+        code, body = call(f"{base}/gpushare-scheduler/bind", args)
+    assert (code, json.loads(body)) == (
+        500, {"Error": "pod default/p was re-created (uid new, not old): not bound"}
+    )
+    assert r.cluster.binds == 0
+    assert not r.cluster.pods["default/p"].node_name

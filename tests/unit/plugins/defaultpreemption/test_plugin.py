@@ -403,6 +403,45 @@ def test_nominated_room_is_not_taken_by_a_lower_priority_pod(per_node: bool) -> 
     assert not cluster.pods["default/sneaky"].node_name
 
 
+HALF_CARD = {GPU_CORE: "50", GPU_MEMORY_RATIO: "50"}
+
+
+def keeper_low_high(cluster: InMemoryCluster, sched: Scheduler) -> None:
+    """g0 has 2 cards: ``keeper`` (as important as ``high``) holds half of card 0, ``low`` all
+    of card 1; ``high`` (a whole card) preempts ``low`` and is nominated to g0."""
+    fill(cluster, sched, [pod("keeper", 10, HALF_CARD)])
+    fill(cluster, sched, [pod("low", 0, {NVIDIA_GPU: "1"})])
+    assert cards_of(cluster, "default/keeper") == {0: 50}
+    cluster.apply_pod(pod("high", 10, {NVIDIA_GPU: "1"}))
+    sched.run_until_idle()
+    assert "default/low" not in cluster.pods
+    assert sched.nominator.node_of(cluster.pods["default/high"].uid) == "g0"
+
+
+@pytest.mark.parametrize(
+    "thief_priority",
+    [pytest.param(10, id="equal-priority"), pytest.param(5, id="lower-priority")],
+)
+def test_the_preemptors_freed_card_is_not_taken_at_reserve(thief_priority: int) -> None:
+    """Filter keeps card 1 for ``high`` (the thief fits on card 0 beside it); Reserve must
+    choose the card in that same picture, not the emptiest card of the bare ledger — else
+    ``high`` stays Pending (equal priority) or evicts the thief too (lower priority)."""
+    cluster = InMemoryCluster()
+    gpu_node(cluster, "g0", 2)
+    sched = scheduler(cluster)
+    keeper_low_high(cluster, sched)
+    cluster.apply_pod(pod("thief", thief_priority, HALF_CARD))
+    sched.schedule_one()
+    sched.run_until_idle()
+    assert cards_of(cluster, "default/thief") == {0: 50}
+    settle(sched)
+    assert cluster.pods["default/high"].node_name == "g0"
+    assert cards_of(cluster, "default/high") == {1: 100}
+    assert {"default/keeper", "default/thief"} <= set(cluster.pods)
+    assert [p.pod.key for p in sched.preemptions] == ["default/high"]
+    assert_no_overcommit(cluster)
+
+
 def test_a_terminating_victim_on_the_nominated_node_means_wait() -> None:
     cluster = InMemoryCluster()
     gpu_node(cluster, "g0", 1)

@@ -390,3 +390,78 @@ def test_in_the_scheduler() -> None:
     verify(plugin.ledger)
     fresh = NodeDeviceLedger.replay(cluster.devices.values(), cluster.pods.values())
     assert fresh.snapshot_state() == plugin.ledger.snapshot_state()
+
+
+WHOLE = {"koordinator.sh/gpu-core": 100, "koordinator.sh/gpu-memory-ratio": 100}
+
+
+def nominee_scheduler() -> tuple[Scheduler, DeviceShare]:
+    """g0 (2 cards) with ``keeper`` on half of card 0 and g1 (1 card) empty, through the real
+    scheduler: its framework is the runner DeviceShare's Reserve adds nominated pods with."""
+    cluster = InMemoryCluster()
+    for name, cards in (("g0", 2), ("g1", 1)):
+        cluster.apply_node(make_node(name).cpu("8").memory("32Gi").gpu_resources(cards, "16Gi")
+                           .obj())
+        cluster.apply_device(device(name, *(gpu(m, "16Gi") for m in range(cards))).to_dict())
+    sched = Scheduler(parse_config({**CONFIG, "profiles": [{"schedulerName": "koord-scheduler"}]}),
+                      cluster, in_tree_registry(), default_plugins(), clock=SimulatedClock(),
+                      rng=random.Random(0), bind_workers=1)
+    cluster.apply_pod(gpu_pod("keeper", HALF).scheduler("koord-scheduler").node("g0").annotation(
+        ANNOTATION_DEVICE_ALLOCATED, '{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":'
+        '"50","koordinator.sh/gpu-memory-ratio":"50","koordinator.sh/gpu-memory":"8Gi"}}]}'
+    ).obj())
+    sched.drain()
+    plugin = sched.profiles["koord-scheduler"].plugin("DeviceShare")
+    assert isinstance(plugin, DeviceShare)
+    return sched, plugin
+
+
+def reserved_minors(sched: Scheduler, plugin: DeviceShare, pod: Any, node: str) -> list[int]:
+    fwk = sched.profiles["koord-scheduler"]
+    state = CycleState()
+    assert fwk.run_pre_filter(state, pod) is None
+    status = fwk.run_reserve(state, pod, node)
+    assert status is None, status
+    holding = plugin.ledger.holding(pod.uid)
+    assert holding is not None
+    return sorted(use.minor for use in holding.uses)
+
+
+@pytest.mark.parametrize(
+    ("nominee_priority", "pod_is_nominee", "card"),
+    [
+        pytest.param(5, False, 1, id="lower-priority-nominee-is-not-counted"),
+        pytest.param(10, False, 0, id="equal-priority-nominee-keeps-its-card"),
+        pytest.param(20, False, 0, id="higher-priority-nominee-keeps-its-card"),
+        pytest.param(10, True, 1, id="the-pod-never-counts-against-itself"),
+    ],
+)
+def test_reserve_chooses_cards_around_the_nominated_pods(
+    nominee_priority: int, pod_is_nominee: bool, card: int
+) -> None:
+    """A whole-card pod nominated to g0 is added as Filter adds it (kube's rule: another pod's
+    nomination, of equal or higher priority); a half-card pod of priority 10 then reserves
+    card 0 beside ``keeper`` instead of the emptier card 1 kept for the nominee."""
+    sched, plugin = nominee_scheduler()
+    nominee = gpu_pod("nominee", WHOLE).priority(nominee_priority).scheduler("koord-scheduler")
+    sched.nominator.add(nominee.build(), "g0")
+    pod = nominee.build() if pod_is_nominee else (
+        gpu_pod("p", HALF).priority(10).scheduler("koord-scheduler").build())
+    assert reserved_minors(sched, plugin, pod, "g0") == [card]
+
+
+def test_reserve_stays_on_the_fast_path_where_nothing_is_nominated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A nomination elsewhere costs Reserve nothing: no what-if copy, no NodeView."""
+    sched, plugin = nominee_scheduler()
+    sched.nominator.add(gpu_pod("nominee", WHOLE).priority(10).build(), "g1")
+    fwk = sched.profiles["koord-scheduler"]
+
+    def forbidden(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("Reserve left its fast path")
+
+    monkeypatch.setattr(fwk, "with_nominated_pods", forbidden)
+    monkeypatch.setattr("scheduler.plugins.deviceshare.plugin.allocate", forbidden)
+    pod = gpu_pod("p", HALF).priority(10).scheduler("koord-scheduler").build()
+    assert reserved_minors(sched, plugin, pod, "g0") == [1]
