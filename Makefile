@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: all demo test test-unit bench bench-b2 bench-b3 bench-b3-models bench-b4 lint proto kube-apiserver kube-scheduler image clean chaos
+.PHONY: all demo test test-unit bench bench-b2 bench-b3 bench-b3-models bench-b4 lint proto kube-apiserver kube-scheduler image clean chaos chaos-soak
 
 all: test
 
@@ -34,6 +34,12 @@ test-unit: $(STAMP)
 CHAOS_MINUTES ?= 30
 chaos: $(STAMP)
 	CHAOS_MINUTES=$(CHAOS_MINUTES) $(BIN)/pytest tests/e2e/chaos/test_chaos.py $(PYTEST_ARGS)
+
+## chaos-soak: the chaos tier for N random seeds back to back (SEEDS=a,b replays), one row each
+N ?= 50
+SEEDS ?=
+chaos-soak: $(STAMP)
+	$(BIN)/python -m tests.e2e.chaos.soak -n $(N) $(if $(SEEDS),--seeds $(SEEDS)) --out chaos-soak.md
 
 ## bench: benchmark B1 (in-process scheduling throughput)
 bench: $(STAMP)
