@@ -28,7 +28,7 @@ import queue as stdqueue
 import random
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
@@ -69,6 +69,8 @@ RESOLVE_BACKOFF = (0.2, 5.0)
 NOT_READY_POLL = 0.1
 QUEUE_STATS_INTERVAL = 1.0
 PREEMPTIONS_KEPT = 1000
+DELETED_UIDS_KEPT = 10_000
+"""Deleted pod UIDs remembered for ``place`` (an extender bind arrives within seconds)."""
 
 log = structlog.get_logger("koord-scheduler")
 
@@ -271,6 +273,9 @@ class Scheduler:
         self._read_back: dict[str, Pod] = {}
         """UID → the pod of that name found bound when a bind's outcome was read back (bind
         workers write it before the outcome is queued): applied before the reservation goes."""
+        self._deleted_uids: OrderedDict[str, None] = OrderedDict()
+        """UIDs of pods whose delete was applied (the latest ``DELETED_UIDS_KEPT``): a
+        ``place`` for one of them comes from a read older than that delete."""
         self.preemptions: deque[Preemption] = deque(maxlen=PREEMPTIONS_KEPT)
         """The latest preemptions carried out (the simulator's report)."""
         self.failures: dict[str, str] = {}
@@ -317,6 +322,7 @@ class Scheduler:
             else:
                 self.queue.node_deleted(change.old)
         elif change.kind == "Pod":
+            self._remember_deleted(change)
             never_sent = self._reject_if_waiting(change)
             unconfirmed = self._bound_unconfirmed(change)
             self._apply_pod(change.old, change.new)
@@ -345,6 +351,13 @@ class Scheduler:
         if waiting is None:
             return False
         return waiting.reject("", f"pod {old.key} was deleted while waiting on Permit")
+
+    def _remember_deleted(self, change: Change) -> None:
+        old, new = change.old, change.new
+        if old is not None and (new is None or new.uid != old.uid):
+            self._deleted_uids[old.uid] = None
+            if len(self._deleted_uids) > DELETED_UIDS_KEPT:
+                self._deleted_uids.popitem(last=False)
 
     def _bound_unconfirmed(self, change: Change) -> bool:
         """The delete (or same-name replacement) of a pod whose bind answered 201 while its
@@ -623,6 +636,11 @@ class Scheduler:
                 return
             if self.cache.get_pod(pod) is not None or pod.uid in self._binding:
                 placed.set_result(Placement("failed", f"pod {pod.key} is already being bound"))
+                return
+            if pod.uid in self._deleted_uids:
+                # Read before a delete we have applied: no delete will come again to release
+                # what we would reserve, and a v1.20 bind would land on a same-name successor.
+                placed.set_result(Placement("gone", f"pod {pod.key} (uid {pod.uid}) was deleted"))
                 return
             start = time.perf_counter()
             state = CycleState()

@@ -599,3 +599,30 @@ def test_negative_amounts_on_a_pod_bound_by_node_name_never_let_two_pods_share_a
     warnings = [e for e in truth.events
                 if e.pod_key == "default/hostile" and e.reason == "InvalidDeviceAllocation"]
     assert len(warnings) == 1 and warnings[0].type == "Warning", truth.events
+
+
+def test_a_placement_for_a_pod_whose_delete_was_applied_reserves_nothing() -> None:
+    """The extender's bind reads the pod, then the pod is deleted and the scheduler applies
+    that delete before the bind reaches ``place``: assuming it now would hold its card for ever
+    (no delete will come again) and, on v1.20, bind a same-name successor. It answers "gone"."""
+    truth = gpu_node_truth(cards=1)
+    adv = AdversarialCluster(truth)
+    adv.ignore_binding_uid = True
+    with scheduler_on(adv) as sched:
+        ext = make_pod("e").uid("uid-e").req(cpu="1").req(WHOLE_CARD).scheduler("default-scheduler")
+        truth.apply_pod(ext.obj())
+        adv.deliver_all()
+        sched.drain()
+        read = truth.pods["default/e"]  # what the extender's GET returned
+        truth.delete_pod("default/e")
+        adv.deliver_all()
+        sched.drain()  # the delete is applied before the bind arrives
+        placement = sched.place(OURS, read, "g0")
+        sched.run_until_idle()
+        assert placement.result(timeout=10).resolution == "gone"
+        truth.apply_pod(gpu_pod("z", uid="uid-z"))
+        adv.deliver_all()
+        sched.run_until_idle()
+        assert truth.pods["default/z"].node_name == "g0"
+        assert adv.bind_calls == 1  # z's only
+    assert_no_card_overcommitted(truth)

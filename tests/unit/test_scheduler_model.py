@@ -9,7 +9,9 @@ cycles of the leader (with preemption: victims deleted, the preemptor nominated)
 (applied, the answer lost); the API server binding by *name* as v1.20 does (a stale bind lands
 on a same-name successor); the lease handed over, gracefully (the leader's binds finish first)
 or not (its binds still queued are fenced), to a standby whose watch is behind; the deposed
-replica restarting with a clean cache; time passing.
+replica restarting with a clean cache; kube-scheduler's binds through the extender
+(``Scheduler.place``) of pods it read earlier, which may since have been deleted, re-created
+or bound; time passing.
 
 The hand-over follows the rule ``koord-scheduler run`` keeps: a new leader schedules only once
 its informers have applied every change up to a consistent LIST made at acquisition (here:
@@ -34,6 +36,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from apis.core import Pod
 from apis.resources import GPU_CORE, GPU_MEMORY_RATIO
 from scheduler.config import parse_config
 from scheduler.plugins.deviceshare import new_deviceshare
@@ -47,6 +50,9 @@ from tests.unit.test_scheduler_faults import CONFIG, DS, OURS, gpu_node_truth
 
 NODES, CARDS = 2, 1
 NAMES = [f"p{i}" for i in range(5)]
+EXTENDER_NAMES = ["e0", "e1"]
+"""Pods of kube-scheduler's (``default-scheduler``), bound through our extender's bind verb."""
+KUBE = "default-scheduler"
 SIZES = (50, 100)
 PRIORITIES = (0, 100)
 EXAMPLES = int(os.environ.get("MODEL_EXAMPLES", "60"))
@@ -85,6 +91,7 @@ class SchedulerUnderFaults(RuleBasedStateMachine):
         self.leader: Replica | None = None
         self.leader = self._start()
         self.other = self._start()
+        self.reads: list[Pod] = []
         self.deposed = False
         """The other replica lost the lease and has not restarted yet (it never schedules)."""
 
@@ -110,7 +117,7 @@ class SchedulerUnderFaults(RuleBasedStateMachine):
             .req(cpu="1")
             .req({GPU_CORE: str(size), GPU_MEMORY_RATIO: str(size)})
             .priority(priority)
-            .scheduler(OURS)
+            .scheduler(KUBE if name in EXTENDER_NAMES else OURS)
         )
         self.truth.apply_pod(pod.obj())
 
@@ -123,12 +130,17 @@ class SchedulerUnderFaults(RuleBasedStateMachine):
         if f"default/{name}" not in self.truth.pods:
             self._create(name, size, priority)
 
-    @rule(name=st.sampled_from(NAMES))
+    @rule(name=st.sampled_from(EXTENDER_NAMES), size=st.sampled_from(SIZES))
+    def create_extender_pod(self, name: str, size: int) -> None:
+        if f"default/{name}" not in self.truth.pods:
+            self._create(name, size, 0)
+
+    @rule(name=st.sampled_from(NAMES + EXTENDER_NAMES))
     def delete_pod(self, name: str) -> None:
         self.truth.delete_pod(f"default/{name}")
 
     @rule(
-        name=st.sampled_from(NAMES),
+        name=st.sampled_from(NAMES + EXTENDER_NAMES),
         size=st.sampled_from(SIZES),
         priority=st.sampled_from(PRIORITIES),
     )
@@ -203,6 +215,25 @@ class SchedulerUnderFaults(RuleBasedStateMachine):
         self.other.sched.close()
         self.other, self.deposed = self._start(), False
 
+    # -- kube-scheduler through the extender ------------------------------------------------
+
+    @rule(name=st.sampled_from(EXTENDER_NAMES))
+    def extender_reads_a_pod(self, name: str) -> None:
+        """The bind verb's GET of the pod it names (the UID check): the record it will place,
+        which the pod may outlive or not by the time ``place`` runs."""
+        pod = self.truth.pods.get(f"default/{name}")
+        if pod is not None and not pod.node_name:
+            self.reads.append(pod)
+
+    @precondition(lambda self: bool(self.reads))
+    @rule(i=st.integers(0, 5), node=st.integers(0, NODES - 1))
+    def extender_binds(self, i: int, node: int) -> None:
+        """kube-scheduler's bind reaches ``Scheduler.place`` on the leader (it may meanwhile
+        have been deleted, re-created, or bound by an earlier bind)."""
+        pod = self.reads.pop(i % len(self.reads))
+        self.lead.sched.place(OURS, pod, f"g{node}")
+        self.lead.sched.drain()
+
     @rule(seconds=st.sampled_from([0.5, 2.0, 30.0, 400.0]))
     def time_passes(self, seconds: float) -> None:
         self.clock.advance(seconds)
@@ -237,9 +268,26 @@ class SchedulerUnderFaults(RuleBasedStateMachine):
             lead.executor.run_all()
             lead.view.deliver_all()
             lead.sched.drain()
+            self._kube_scheduler_retries()
             self.clock.advance(600)  # backoffs and the unschedulable pool's timeout
             if not lead.executor.tasks and not lead.view.pending and not self._ready():
                 break
+
+    def _kube_scheduler_retries(self) -> None:
+        """kube-scheduler retries its unbound pods: a fresh read, a bind on each node in turn
+        until one lands."""
+        lead = self.lead
+        for name in EXTENDER_NAMES:
+            for node in range(NODES):
+                pod = self.truth.pods.get(f"default/{name}")
+                if pod is None or pod.node_name:
+                    break
+                lead.sched.place(OURS, pod, f"g{node}")
+                lead.sched.drain()
+                lead.executor.run_all()
+                lead.sched.drain()
+                lead.view.deliver_all()
+                lead.sched.drain()
 
     def _ready(self) -> bool:
         """Pods left to try: active, or backing off (the clock has just moved past it)."""
@@ -269,7 +317,8 @@ class SchedulerUnderFaults(RuleBasedStateMachine):
                 bound_uids.add(pod.uid)
                 continue
             size = pod.requests.get(GPU_CORE, 0)
-            assert pod.key in sched.failures, f"{pod.key} ({pod.uid}) neither bound nor reported"
+            if pod.scheduler_name == OURS:
+                assert pod.key in sched.failures, f"{pod.key} ({pod.uid}): not bound nor reported"
             fits = [
                 card
                 for card, left in free.items()
