@@ -322,6 +322,8 @@ class Scheduler:
             else:
                 self.queue.node_deleted(change.old)
         elif change.kind == "Pod":
+            for superseded in self._superseded_assumed(change):
+                self._apply(Change("Pod", superseded, None))
             self._remember_deleted(change)
             never_sent = self._reject_if_waiting(change)
             unconfirmed = self._bound_unconfirmed(change)
@@ -351,6 +353,24 @@ class Scheduler:
         if waiting is None:
             return False
         return waiting.reject("", f"pod {old.key} was deleted while waiting on Permit")
+
+    def _superseded_assumed(self, change: Change) -> list[Pod]:
+        """An assumed pod whose name a *newer* incarnation now holds: it is gone, though its
+        delete may never reach us — the informer may never have seen it (a pod the extender
+        read from the API server, deleted before our watch delivered it, then folded away by a
+        relist). Newer by resourceVersion (etcd's revision), so a late event of an older
+        incarnation never displaces a newer assumed one."""
+        new = change.new
+        if new is None or not new.resource_version.isdigit():
+            return []
+        replaced = change.old.uid if change.old is not None else ""  # _apply_pod splits that
+        return [
+            pod
+            for pod in self.cache.assumed_named(new.key)
+            if pod.uid not in (new.uid, replaced)
+            and pod.resource_version.isdigit()
+            and int(new.resource_version) > int(pod.resource_version)
+        ]
 
     def _remember_deleted(self, change: Change) -> None:
         old, new = change.old, change.new

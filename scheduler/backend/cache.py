@@ -71,6 +71,7 @@ class Cache:
         self._clock = clock
         self._pods: dict[str, _PodState] = {}
         self._assumed: dict[str, _PodState] = {}
+        self._assumed_names: dict[str, set[str]] = {}  # pod key -> its assumed incarnations
 
     # -- nodes ----------------------------------------------------------------------------------
 
@@ -108,6 +109,7 @@ class Cache:
             state.assumed = False
             state.binding_finished = False
             del self._assumed[ident]
+            self._forget_name(state.pod.key, ident)
 
     def update_pod(self, old: Pod, new: Pod) -> None:
         """Apply a pod update. A new UID is a delete plus an add; an update that shows the pod
@@ -158,6 +160,7 @@ class Cache:
         state = _PodState(pod, assumed=True)
         self._pods[ident] = state
         self._assumed[ident] = state
+        self._assumed_names.setdefault(pod.key, set()).add(ident)
         self.snapshot.add_pod(pod.node_name, pod)
 
     def finish_binding(self, pod: Pod) -> None:
@@ -179,6 +182,11 @@ class Cache:
 
     def is_assumed(self, pod: Pod) -> bool:
         return pod_id(pod) in self._assumed
+
+    def assumed_named(self, key: str) -> list[Pod]:
+        """The assumed pods of that namespace/name (incarnations: one, or more when an
+        extender bind assumed one the informer has not seen deleted)."""
+        return [self._assumed[ident].pod for ident in self._assumed_names.get(key, ())]
 
     def assumed_pods(self) -> list[Pod]:
         """The pods assumed and not yet confirmed or forgotten."""
@@ -247,4 +255,12 @@ class Cache:
         if state is None:
             return
         self._assumed.pop(ident, None)
+        self._forget_name(state.pod.key, ident)
         self.snapshot.remove_pod(state.pod.node_name, ident)
+
+    def _forget_name(self, key: str, ident: str) -> None:
+        idents = self._assumed_names.get(key)
+        if idents is not None:
+            idents.discard(ident)
+            if not idents:
+                del self._assumed_names[key]

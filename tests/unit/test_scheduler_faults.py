@@ -626,3 +626,61 @@ def test_a_placement_for_a_pod_whose_delete_was_applied_reserves_nothing() -> No
         assert truth.pods["default/z"].node_name == "g0"
         assert adv.bind_calls == 1  # z's only
     assert_no_card_overcommitted(truth)
+
+
+def _extender_pod(uid: str) -> dict[str, Any]:
+    return make_pod("e").uid(uid).req(cpu="1").req(WHOLE_CARD).scheduler("default-scheduler").obj()
+
+
+def test_a_placed_pod_the_informer_never_saw_is_released_when_a_newer_one_takes_its_name() -> None:
+    """The extender places uid-1, read from the API server before our watch delivered it; it
+    is deleted and re-created (uid-2) and a relist folds all of that into "uid-2 exists": no
+    delete of uid-1 will ever come. uid-1's bind (v1.20: it landed on uid-2) must not hold a
+    card for ever: a newer incarnation holding the name supersedes the assumed one."""
+    truth, clock = gpu_node_truth(cards=2), SimulatedClock()
+    adv = AdversarialCluster(truth)
+    adv.ignore_binding_uid = True
+    with scheduler_on(adv, clock) as sched:
+        truth.apply_pod(_extender_pod("uid-1"))
+        first = truth.pods["default/e"]  # the extender's read; our watch has not delivered it
+        truth.delete_pod("default/e")
+        truth.apply_pod(_extender_pod("uid-2"))
+        placed = sched.place(OURS, first, "g0")
+        sched.run_until_idle()
+        assert placed.result(timeout=10).bound  # 201: it landed on uid-2
+        adv.drop_pending()
+        adv.relist()  # "uid-2 exists, bound": uid-1 was never seen
+        sched.run_until_idle()
+        for name in ("a", "b"):
+            truth.apply_pod(gpu_pod(name, uid=f"uid-{name}"))
+        adv.deliver_all()
+        clock.advance(20)
+        sched.run_until_idle()
+        clock.advance(20)
+        sched.run_until_idle()
+        bound = sorted(p.name for p in truth.pods.values() if p.node_name)
+        assert bound == ["a", "e"], bound  # one card for uid-2, the other for a; b: none
+        adv.deliver_all()
+        sched.drain()
+        assert not sched.cache.assumed_pods()
+    assert_no_card_overcommitted(truth)
+
+
+def test_a_late_event_of_an_older_incarnation_never_releases_a_newer_assumed_one() -> None:
+    """The extender places uid-2 (read from the API server) while our watch still has to
+    deliver uid-1's add: that older record must not count as superseding uid-2."""
+    truth = gpu_node_truth(cards=1)
+    adv = AdversarialCluster(truth)
+    adv.gate = threading.Event()
+    with scheduler_on(adv) as sched:
+        truth.apply_pod(_extender_pod("uid-1"))
+        truth.delete_pod("default/e")
+        truth.apply_pod(_extender_pod("uid-2"))
+        placed = sched.place(OURS, truth.pods["default/e"], "g0")
+        sched.drain(block=True, timeout=5)  # uid-2 assumed, its bind on the wire
+        adv.deliver(0)  # uid-1's add, late
+        sched.drain()
+        assert [p.uid for p in sched.cache.assumed_pods()] == ["uid-2"]
+        adv.gate.set()
+        sched.run_until_idle()
+        assert placed.result(timeout=10).bound
