@@ -73,6 +73,7 @@ class AdversarialCluster:
             ("Node", self.truth.nodes.values()),
             ("Device", self.truth.devices.values()),
             ("Pod", self.truth.pods.values()),
+            (POD_GROUP_KIND, self.truth.pod_groups.values()),
         ):
             for obj in objects:
                 self.seen[_ident(Change(kind, None, obj))] = obj

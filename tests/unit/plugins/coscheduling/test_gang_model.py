@@ -1,4 +1,5 @@
-"""Model-based test of Coscheduling + DeviceShare on the in-memory cluster.
+"""Model-based test of Coscheduling + DeviceShare over the adversarial cluster (a lagging,
+relisting watch; binding by name as v1.20 does).
 
 A hypothesis ``RuleBasedStateMachine`` interleaves, in any order: gang members created (two
 Strict gangs by annotation, one by a PodGroup, one NonStrict), plain pods created, pods
@@ -37,7 +38,7 @@ from scheduler.framework.waiting import WaitingPod
 from scheduler.plugins.registry import default_plugins, in_tree_registry
 from scheduler.scheduler import Scheduler
 from scheduler.simulator.run import SimulatedClock
-from tests.adversarial_cluster import card_usage
+from tests.adversarial_cluster import AdversarialCluster, card_usage
 from tests.builders import make_pod
 from tests.fakes import ManualExecutor
 from tests.unit.test_scheduler_faults import DS, OURS, gpu_node_truth
@@ -116,9 +117,14 @@ class GangsOnCards(RuleBasedStateMachine):
         self.clock = SimulatedClock()
         self.executor = ManualExecutor()
         self.straddle = Straddle(self.executor)
+        self.adv = AdversarialCluster(self.truth)
+        self.adv.ignore_binding_uid = True  # v1.20 binds by name
+        self.prompt_watch = False
+        """True: every change reaches the scheduler before its next step (the examples
+        replayed below were found with a prompt watch)."""
         self.sched = Scheduler(
             parse_config(CONFIG),
-            self.truth,
+            self.adv,
             in_tree_registry() | {STRADDLE: lambda args, handle: self.straddle},
             default_plugins(),
             clock=self.clock,
@@ -181,11 +187,31 @@ class GangsOnCards(RuleBasedStateMachine):
     def delete_pod(self, name: str) -> None:
         self.truth.delete_pod(f"default/{name}")
 
+    # -- the watch ----------------------------------------------------------------------------
+
+    @rule(i=st.integers(0, 20))
+    def deliver_one(self, i: int) -> None:
+        self.adv.deliver(i)
+
+    @rule()
+    def deliver_all(self) -> None:
+        self.adv.deliver_all()
+
+    @rule()
+    def watch_breaks_then_relist(self) -> None:
+        self.adv.drop_pending()
+        self.adv.relist()
+
     # -- the scheduler, its binds and time ----------------------------------------------------
+
+    def _watch(self) -> None:
+        if self.prompt_watch:
+            self.adv.deliver_all()
 
     @rule(n=st.integers(1, 3))
     def schedule(self, n: int) -> None:
         for _ in range(n):
+            self._watch()
             self.sched.schedule_one()
 
     @precondition(lambda self: bool(self.executor.tasks))
@@ -193,6 +219,7 @@ class GangsOnCards(RuleBasedStateMachine):
     def a_bind_or_write_returns_during_a_cycle(self, i: int) -> None:
         """One held binding cycle or write runs while the next pod's cycle is under way
         (between its Filter and its Permit), as a worker does beside the scheduling thread."""
+        self._watch()
         self.straddle.armed = i
         self.sched.schedule_one()
         self.straddle.armed = None
@@ -202,14 +229,18 @@ class GangsOnCards(RuleBasedStateMachine):
     def a_bind_or_write_returns(self, i: int) -> None:
         """One binding cycle (a held Permit wait ends: allowed, or timed out) or one cluster
         write (an event, a condition, a timeout mark) runs."""
+        self._watch()
         self.executor.run(i)
+        self._watch()
         self.sched.drain()
 
     @rule()
     def time_passes_beyond_the_waiting_time(self) -> None:
         time.sleep(WAIT * 1.2)
         self.clock.advance(30.0)  # past every backoff
+        self._watch()
         self.executor.run_all()
+        self._watch()
         self.sched.drain()
 
     # -- the guarantees -----------------------------------------------------------------------
@@ -288,6 +319,7 @@ def test_a_member_deleted_while_waiting_at_permit_does_not_complete_its_gang() -
     with a gang of one. Before, that delete was held back like the delete of a pod whose bind
     is on the wire, and b-0 was bound alone."""
     s = GangsOnCards()
+    s.prompt_watch = True
     steps: list[tuple[str, dict[str, Any]]] = [
         *[("time_passes_beyond_the_waiting_time", {})] * 5,
         ("delete_pod", {"name": "a-0"}),
@@ -322,6 +354,7 @@ def test_a_member_whose_wait_timed_out_is_not_counted_by_the_next_members_permit
     b-1 reaches Permit. b-1 must not count b-0 (its wait is decided: rejected) and must not be
     let through alone: before, b-1 was bound with a gang of one and b-0 was never retried."""
     s = GangsOnCards()
+    s.prompt_watch = True
     try:
         s.create_member("b-0", 50)
         s.create_member("b-1", 50)
