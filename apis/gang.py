@@ -21,12 +21,12 @@ equal to min-available.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from apis.core import Pod
+from apis.duration import DurationError, parse_go_duration_seconds
 
 PREFIX = "gang.scheduling.koordinator.sh"
 ANNOTATION_NAME = f"{PREFIX}/name"
@@ -62,8 +62,6 @@ DEFAULT_WAITING_SECONDS = 600.0
 
 POD_GROUP_API_VERSION = "scheduling.sigs.k8s.io/v1alpha1"
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 class GangSpecError(ValueError):
@@ -112,14 +110,13 @@ class PodGroup:
 
 
 def parse_duration(text: str, field: str) -> float:
-    """A Go duration such as ``30s``, ``1m30s``, ``1h`` in seconds (> 0)."""
-    pos, total = 0, 0.0
-    for m in _DURATION.finditer(text):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * _UNIT[m.group(2)]
-        pos = m.end()
-    if not text or pos != len(text) or total <= 0:
+    """A Go duration such as ``30s``, ``1m30s``, ``1h`` in seconds (> 0), read as Koordinator
+    reads the annotation (``time.ParseDuration``)."""
+    try:
+        total = parse_go_duration_seconds(text)
+    except DurationError:
+        total = 0.0
+    if total <= 0:
         raise GangSpecError(f"{field}: invalid duration {text!r} (want e.g. 30s, 5m, 1h)")
     return total
 

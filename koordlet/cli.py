@@ -17,7 +17,6 @@ import argparse
 import json
 import logging
 import os
-import re
 import signal
 import socket
 import sys
@@ -31,6 +30,7 @@ import structlog
 import yaml
 from prometheus_client import CollectorRegistry
 
+from apis.duration import DurationError, parse_go_duration_seconds
 from apis.fairshare import DEFAULT_GEMINI_LIBRARY, DefaultLimit
 from apis.version import version_line
 from koordlet.agent import Agent, Service, report_once
@@ -56,8 +56,6 @@ EXIT_USAGE = 2
 
 log = structlog.get_logger("koordlet")
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h)")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 class UserError(Exception):
@@ -70,19 +68,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parse_duration(text: str) -> float:
-    """``10s``, ``500ms``, ``1m30s``, or bare seconds -> seconds (> 0); raises ValueError."""
-    s = text.strip()
+    """A Go duration (``10s``, ``500ms``, ``1m30s``; Go's flag rules, so no bare seconds) in
+    seconds (> 0); raises ValueError."""
     try:
-        seconds = float(s)
-    except ValueError:
-        pos, seconds = 0, 0.0
-        for m in _DURATION_PART.finditer(s):
-            if m.start() != pos:
-                break
-            seconds += float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
-            pos = m.end()
-        if pos != len(s) or not s:
-            raise ValueError(f"invalid duration {text!r} (examples: 10s, 500ms, 1m)") from None
+        seconds = parse_go_duration_seconds(text)
+    except DurationError:
+        raise ValueError(f"invalid duration {text!r} (examples: 10s, 500ms, 1m)") from None
     if not seconds > 0:
         raise ValueError(f"duration must be positive, got {text!r}")
     return seconds

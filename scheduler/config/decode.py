@@ -29,9 +29,7 @@ Invariants:
 from __future__ import annotations
 
 import json
-import math
 import os
-import re
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, NoReturn
@@ -40,6 +38,7 @@ import yaml
 from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode
 
+from apis.duration import DurationError, parse_go_duration_seconds
 from scheduler.config.model import (
     API_VERSION,
     DEFAULT_SCHEDULER_NAME,
@@ -61,7 +60,6 @@ __all__ = [
 
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
-_MAX_DURATION_SECONDS = _INT64_MAX / 1e9
 
 # --------------------------------------------------------------------------------------------
 # Loading
@@ -166,17 +164,6 @@ _POINT_KEYS = {
 }
 _UNSUPPORTED_POINTS = {"preEnqueue": "koord-scheduler has no PreEnqueue extension point"}
 
-_DURATION_UNITS = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "\u00b5s": 1e-6,
-    "\u03bcs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-}
-_DURATION_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
 
 
 def _show(value: Any) -> str:
@@ -216,23 +203,10 @@ def _plain(value: Any) -> Any:
 
 def _parse_go_duration(text: str) -> float | None:
     """Go's ``time.ParseDuration`` in seconds, or None when ``text`` is not a duration."""
-    body = text[1:] if text[:1] in "+-" else text
-    sign = -1.0 if text[:1] == "-" else 1.0
-    if body == "0":
-        return 0.0
-    if not body:
+    try:
+        return parse_go_duration_seconds(text)
+    except DurationError:
         return None
-    total = 0.0
-    pos = 0
-    while pos < len(body):
-        match = _DURATION_PART.match(body, pos)
-        if match is None:
-            return None
-        total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-        pos = match.end()
-    if not math.isfinite(total) or total > _MAX_DURATION_SECONDS:
-        return None  # Go reports an overflow of its int64 nanoseconds
-    return sign * total
 
 
 class _Decoder:
