@@ -60,7 +60,7 @@ def _load_config(path: str | None) -> SchedulerConfiguration:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    if args.nodes or args.pods:  # trace mode (SPEC §9): scheduler/simulator/replay_cli.py
+    if args.nodes or args.pods:  # trace mode: scheduler/simulator/replay_cli.py
         try:
             return run_trace_command(args, in_tree_registry(), default_plugins())
         except ReplayUsageError as exc:

@@ -71,7 +71,7 @@ class ReplayUsageError(ValueError):
 
 def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group(
-        "trace replay (SPEC §9: the FGD paper's method on Alibaba's openb trace)"
+        "trace replay (the FGD paper's method on Alibaba's openb trace)"
     )
     g.add_argument("--nodes", metavar="NODES.csv", help="openb node list (replaces FILE)")
     g.add_argument(
