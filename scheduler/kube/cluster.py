@@ -132,25 +132,20 @@ PDB_PATHS = (
 )
 
 
-def pdb_spec(path: str = PDB_PATHS[1]) -> ResourceSpec:
-    return ResourceSpec(PDB_KIND, path, decode_pdb, _pdb_key, lambda b: b.resource_version)
-
-
-def discover_pdb_spec(rest: RestClient) -> ResourceSpec:
-    """PodDisruptionBudgets from ``policy/v1`` where the API server serves it, else
-    ``policy/v1beta1`` (v1.20 serves only that): one discovery GET."""
-    path = PDB_PATHS[1]
-    try:
-        doc = rest.request("GET", "/apis/policy/v1")
-        resources = doc.get("resources") if isinstance(doc, Mapping) else None
-        if any(
-            isinstance(r, Mapping) and r.get("name") == "poddisruptionbudgets"
-            for r in resources or ()
-        ):
-            path = PDB_PATHS[0]
-    except KubeError as exc:  # 404 on v1.20; anything else: the older version still serves
-        log.debug("policy/v1 not served, watching policy/v1beta1 PDBs", error=str(exc))
-    return pdb_spec(path)
+def pdb_spec() -> ResourceSpec:
+    """PodDisruptionBudgets as ``policy/v1`` where served (Kubernetes >= 1.21; the only
+    version from 1.25), else ``policy/v1beta1`` (1.20): the informer lists them in the first
+    version that is not 404 and retries anything else. Served in neither: no budgets
+    (optional), so preemption works without them instead of the scheduler never being ready."""
+    return ResourceSpec(
+        PDB_KIND,
+        PDB_PATHS[0],
+        decode_pdb,
+        _pdb_key,
+        lambda b: b.resource_version,
+        alternatives=PDB_PATHS[1:],
+        optional=True,
+    )
 
 
 def _pdb_key(pdb: PodDisruptionBudget) -> str:
@@ -275,7 +270,6 @@ class KubeCluster:
     ) -> None:
         if bind_mode not in BIND_MODES:
             raise ValueError(f"bind_mode must be one of {BIND_MODES}, got {bind_mode!r}")
-        self._discover_pdbs = False
         self.rest = rest
         self._unlimited = rest.with_limiter(None)
         self.fence = fence
@@ -292,7 +286,6 @@ class KubeCluster:
             )
             if pdbs is None:
                 pdbs = Informer(rest, pdb_spec())
-                self._discover_pdbs = True
             if pod_groups is None:
                 pod_groups = Informer(rest, pod_group_spec())
         self.nodes, self.devices, self.pods = informers
@@ -311,8 +304,6 @@ class KubeCluster:
     # -- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> None:
-        if self._discover_pdbs and self.pdbs is not None:
-            self.pdbs.spec = discover_pdb_spec(self.rest)  # before its first list
         for informer in self.informers:
             informer.start()
         if self.recorder is not None:

@@ -16,6 +16,11 @@ Invariants:
 - ``synced`` becomes true after the first complete list has been delivered and stays true;
   ``healthy`` is false from a failed request until the next list or watch is established.
 - Objects that do not decode are logged and counted (``decode_errors``) and treated as absent.
+- A collection with ``alternatives`` (``policy/v1`` PDBs, else ``policy/v1beta1``) is listed
+  at the first path that does not answer 404; any other error (5xx, a timeout, a refused
+  connection) is retried on the same path with backoff, so a failed call never makes it
+  settle on a version the server does not serve. Only when every path answered 404 is the
+  resource not served.
 - An ``optional`` resource (a CRD the cluster may not have) answered 404 is *absent*: the
   informer counts as synced and healthy with an empty store, logs one line (once per absence),
   and lists again every ``absent_retry`` seconds, so a CRD installed later is picked up.
@@ -35,7 +40,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import structlog
@@ -69,6 +74,9 @@ class ResourceSpec:
     """Appended to the error when the collection answers 404 (e.g. a CRD not installed)."""
     optional: bool = False
     """A 404 means "not installed": synced, healthy and empty (see the module docstring)."""
+    alternatives: tuple[str, ...] = ()
+    """Other paths of the same collection (older API versions), tried in order when ``path``
+    answers 404: the version served is found by listing it, never guessed from a failed call."""
 
 
 class _Gone(Exception):
@@ -121,6 +129,8 @@ class Informer:
         """The number of the latest list whose result was delivered to the subscribers."""
         self._relist = threading.Event()
         self._absent_retry = absent_retry
+        self._paths = (spec.path, *spec.alternatives)
+        self._not_found: set[str] = set()
         self.absent = False
         """True while an optional resource is not served (404)."""
 
@@ -208,6 +218,9 @@ class Informer:
             except ApiError as exc:
                 if self._stop.is_set():
                     return
+                if exc.status == 404 and self._next_path():
+                    need_list = True
+                    continue
                 if exc.status == 404 and self.spec.optional:
                     self._not_served(exc)
                     need_list = True
@@ -229,6 +242,25 @@ class Informer:
                 self._failed(exc)
                 need_list = True
                 self._stop.wait(self._backoff.next())
+
+    def _next_path(self) -> bool:
+        """After a 404: move to the next of the collection's paths not yet answered 404 in
+        this round (True), or start the round again from the first path (False)."""
+        paths = self._paths
+        self._not_found.add(self.spec.path)
+        untried = [p for p in paths if p not in self._not_found]
+        if untried:
+            log.info(
+                "not served, trying another version",
+                resource=self.kind,
+                path=self.spec.path,
+                next=untried[0],
+            )
+            self.spec = replace(self.spec, path=untried[0])
+            return True
+        self._not_found.clear()
+        self.spec = replace(self.spec, path=paths[0])
+        return False
 
     def _not_served(self, exc: ApiError) -> None:
         """An optional resource answered 404: empty, synced, healthy; said once."""
@@ -275,6 +307,7 @@ class Informer:
         rv, _ = list_objects(self.rest, self.spec, self._page_size, each=keep)
         self._replace(records)
         self._rv = rv
+        self._not_found.clear()
         self.list_delivered = number
         self.relists += 1
         if self.absent:

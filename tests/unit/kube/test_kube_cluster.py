@@ -20,15 +20,16 @@ from scheduler.kube.cluster import (
     KubeCluster,
     bind_permission_problem,
     device_spec,
-    discover_pdb_spec,
     fetch_view,
     node_spec,
+    pdb_spec,
     pod_spec,
 )
 from scheduler.kube.informer import Informer
 from scheduler.kube.ratelimit import Backoff
 from scheduler.kube.rest import ApiError, RestClient, TransportError
 from tests.unit.kube.kube_fakes import (
+    FakeStream,
     FakeTransport,
     json_response,
     object_list,
@@ -423,25 +424,84 @@ def test_an_open_fence_lets_the_nomination_through(transport: FakeTransport) -> 
     assert len(transport.sent("PATCH", f"{POD_PATH}/status")) == 1
 
 
+V1_PDBS = "/apis/policy/v1/poddisruptionbudgets"
+V1BETA1_PDBS = "/apis/policy/v1beta1/poddisruptionbudgets"
+NOT_FOUND = status_response(404, "NotFound", "the server could not find the requested resource")
+
+
+def _pdb_informer(transport: FakeTransport) -> Informer:
+    """The informer ``run`` watches PDBs with (KubeCluster's own), with a fast retry."""
+    default = KubeCluster(RestClient(transport), None).pdbs
+    assert default is not None
+    spec = pdb_spec()
+    assert (default.spec.path, default.spec.alternatives, default.spec.optional) == (
+        spec.path,
+        spec.alternatives,
+        spec.optional,
+    )
+    return Informer(RestClient(transport), pdb_spec(), backoff=Backoff(0.01, 0.02))
+
+
 @pytest.mark.parametrize(
-    ("answer", "path"),
+    ("served", "path"),
     [
-        pytest.param(
-            json_response({"resources": [{"name": "poddisruptionbudgets"}]}),
-            "/apis/policy/v1/poddisruptionbudgets",
-            id="v1-served",
-        ),
-        pytest.param(
-            status_response(404, "NotFound", "the server could not find the requested resource"),
-            "/apis/policy/v1beta1/poddisruptionbudgets",
-            id="v1.20-serves-v1beta1",
-        ),
+        pytest.param({V1_PDBS}, V1_PDBS, id="v1.25+-serves-v1-only"),
+        pytest.param({V1_PDBS, V1BETA1_PDBS}, V1_PDBS, id="v1.21-serves-both"),
+        pytest.param({V1BETA1_PDBS}, V1BETA1_PDBS, id="v1.20-serves-v1beta1-only"),
     ],
 )
-def test_pdbs_are_watched_in_the_version_served(answer: Any, path: str) -> None:
+def test_pdbs_are_watched_in_the_version_served(served: set[str], path: str) -> None:
     transport = FakeTransport()
-    transport.on("GET", "/apis/policy/v1", answer)
-    assert discover_pdb_spec(RestClient(transport)).path == path
+    for candidate in (V1_PDBS, V1BETA1_PDBS):
+        answer = object_list([], rv="7") if candidate in served else NOT_FOUND
+        transport.on("GET", candidate, answer)
+        transport.on_watch(candidate, FakeStream([], end=False))
+    pdbs = _pdb_informer(transport)
+    pdbs.start()
+    try:
+        assert pdbs.wait_for_sync(5)
+        assert pdbs.spec.path == path
+    finally:
+        pdbs.stop()
+
+
+def test_a_failed_first_call_never_picks_a_version_the_server_does_not_serve() -> None:
+    """Kubernetes >= 1.25 serves PDBs only as policy/v1. A 503 on the first call (an API server
+    starting) must be retried, not read as "v1 is not served": v1beta1 would never sync and
+    the scheduler would stay not ready for ever."""
+    transport = FakeTransport()
+    transport.on(
+        "GET",
+        V1_PDBS,
+        status_response(503, "ServiceUnavailable", "the server is currently unable to handle it"),
+        object_list([], rv="7"),
+    )
+    transport.on("GET", "/apis/policy/v1", status_response(503, "ServiceUnavailable", "busy"))
+    transport.on("GET", V1BETA1_PDBS, NOT_FOUND)
+    transport.on_watch(V1_PDBS, FakeStream([], end=False))
+    pdbs = _pdb_informer(transport)
+    pdbs.start()
+    try:
+        assert pdbs.wait_for_sync(5), pdbs.last_error
+        assert pdbs.spec.path == V1_PDBS
+    finally:
+        pdbs.stop()
+
+
+def test_a_server_without_pdbs_leaves_preemption_without_them() -> None:
+    """Neither version served (a stripped-down API server): the PDB informer is empty, synced
+    and healthy (preemption sees no budget) instead of keeping the scheduler not ready."""
+    transport = FakeTransport()
+    transport.on("GET", "/apis/policy/v1", NOT_FOUND)
+    for candidate in (V1_PDBS, V1BETA1_PDBS):
+        transport.on("GET", candidate, NOT_FOUND)
+    pdbs = _pdb_informer(transport)
+    pdbs.start()
+    try:
+        assert pdbs.wait_for_sync(5)
+        assert pdbs.healthy and pdbs.items() == []
+    finally:
+        pdbs.stop()
 
 
 def test_the_pod_cache_keeps_a_slim_raw() -> None:
