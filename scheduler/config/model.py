@@ -219,9 +219,21 @@ def merge_plugin_set(default: PluginSet, custom: PluginSet) -> PluginSet:
 
 
 def merge_plugins(default: Plugins, custom: Plugins) -> Plugins:
-    """kube-scheduler v1 ``mergePlugins``: ``merge_plugin_set`` at every point, multiPoint too."""
+    """kube-scheduler v1 ``mergePlugins``: ``merge_plugin_set`` at every point, multiPoint too.
+
+    kube-scheduler v1 states its defaults as multiPoint plugins, so ``multiPoint: {disabled:
+    [X]}`` (or ``"*"``) turns a default plugin off at every point; ours are stated per point,
+    so that disable is applied to every point's defaults here (a plugin the profile enables
+    at a point itself stays there, as kube's specific points override multiPoint)."""
+    off = {ref.name for ref in custom.multi_point.disabled}
     names = (*Plugins.EXTENSION_POINTS, "multi_point")
-    merged = {n: merge_plugin_set(getattr(default, n), getattr(custom, n)) for n in names}
+    merged = {}
+    for n in names:
+        base: PluginSet = getattr(default, n)
+        if off:
+            kept = () if "*" in off else tuple(r for r in base.enabled if r.name not in off)
+            base = PluginSet(enabled=kept, disabled=base.disabled)
+        merged[n] = merge_plugin_set(base, getattr(custom, n))
     return Plugins(**merged)
 
 

@@ -977,3 +977,46 @@ FEASIBLE: list[tuple[str, int, int, int]] = [
 )
 def test_num_feasible_nodes_to_find(percentage: int, nodes: int, expected: int) -> None:
     assert num_feasible_nodes_to_find(percentage, nodes) == expected
+
+
+def test_multi_point_disabled_turns_a_default_plugin_off_everywhere() -> None:
+    """kube-scheduler v1: ``multiPoint: {disabled: [X]}`` removes the default plugin X from
+    every extension point; a plugin enabled explicitly at one point stays there."""
+    from scheduler.framework.interfaces import Handle
+    from scheduler.framework.runtime import Framework
+    from scheduler.framework.types import Snapshot
+    from scheduler.plugins.registry import default_plugins, in_tree_registry
+
+    def profile(plugins: dict[str, Any]) -> Framework:
+        config = parse_config(
+            {
+                "apiVersion": "kubescheduler.config.k8s.io/v1",
+                "kind": "KubeSchedulerConfiguration",
+                "profiles": [{"schedulerName": "koord-scheduler", "plugins": plugins}],
+            }
+        )
+        return Framework(
+            config.profiles[0], in_tree_registry(), Handle(Snapshot(), None, None),
+            default_plugins(),
+        )
+
+    off = profile({"multiPoint": {"disabled": [{"name": "DeviceShare"}]}})
+    for ep in ("pre_filter", "filter", "pre_score", "score", "reserve", "pre_bind"):
+        assert "DeviceShare" not in off.plugins_at(ep), ep
+    assert "NodeResourcesFit" in off.plugins_at("filter")
+    back = profile(
+        {
+            "multiPoint": {"disabled": [{"name": "DeviceShare"}]},
+            "filter": {"enabled": [{"name": "DeviceShare"}]},
+        }
+    )
+    assert "DeviceShare" in back.plugins_at("filter")
+    assert "DeviceShare" not in back.plugins_at("score")
+    everything = profile(
+        {
+            "multiPoint": {"disabled": [{"name": "*"}]},
+            "queueSort": {"enabled": [{"name": "PrioritySort"}]},
+            "bind": {"enabled": [{"name": "DefaultBinder"}]},
+        }
+    )
+    assert everything.plugins_at("filter") == []
