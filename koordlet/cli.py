@@ -266,10 +266,16 @@ def _fairshare(
     metrics = FairShareMetrics(
         registry, node_name, lambda: server_ref[0].stats() if server_ref else [], measured
     )
-    server = FairShareServer(
-        FairShareConfig(bind_address=args.fairshare_address, state_path=args.fairshare_state),
-        on_grant=metrics.observe_grant,
-    )
+    try:
+        config = FairShareConfig(
+            bind_address=args.fairshare_address,
+            state_path=args.fairshare_state,
+            max_conns_per_pod=args.fairshare_max_conns_per_pod,
+            idle_timeout_s=args.fairshare_idle_timeout,
+        )
+    except ValueError as exc:
+        raise UserError(f"fair share: {exc}") from None
+    server = FairShareServer(config, on_grant=metrics.observe_grant)
     server_ref.append(server)
     return FairShareService(
         server,
@@ -309,6 +315,20 @@ def _fairshare_flags(run: argparse.ArgumentParser) -> None:
         default=DEFAULT_FAIRSHARE_STATE,
         help=f"file remembering the fair-share ports across restarts "
         f"(default {DEFAULT_FAIRSHARE_STATE}; empty: none)",
+    )
+    run.add_argument(
+        "--fairshare-max-conns-per-pod",
+        type=int,
+        default=FairShareConfig.max_conns_per_pod,
+        help="open connections a pod may hold to its relay; at the bound the least recently "
+        f"used idle one is closed (default {FairShareConfig.max_conns_per_pod})",
+    )
+    run.add_argument(
+        "--fairshare-idle-timeout",
+        type=float,
+        default=FairShareConfig.idle_timeout_s,
+        help="seconds after which a fair-share connection with nothing in flight is closed "
+        f"(0: never; default {FairShareConfig.idle_timeout_s:g})",
     )
     run.add_argument(
         "--proc-root", default="/proc", help="host /proc, to map GPU processes to pods"
