@@ -39,7 +39,12 @@ from koordlet.devices.fake import FakeLibrary, FakeSpecError
 from koordlet.devices.library import GPU, DeviceLibrary
 from koordlet.devices.sysfs import DEFAULT_SYSFS_ROOT
 from koordlet.fairshare.monitor import PodUsageMonitor, ProcessPods
-from koordlet.fairshare.server import FairShareConfig, FairShareServer
+from koordlet.fairshare.server import (
+    DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_MAX_CONNS_PER_POD,
+    FairShareConfig,
+    FairShareServer,
+)
 from koordlet.fairshare.service import FairShareService
 from koordlet.hookserver import (
     DEFAULT_HOOK_DIR,
@@ -319,16 +324,16 @@ def _fairshare_flags(run: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--fairshare-max-conns-per-pod",
         type=int,
-        default=FairShareConfig.max_conns_per_pod,
+        default=DEFAULT_MAX_CONNS_PER_POD,
         help="open connections a pod may hold to its relay; at the bound the least recently "
-        f"used idle one is closed (default {FairShareConfig.max_conns_per_pod})",
+        f"used idle one is closed (default {DEFAULT_MAX_CONNS_PER_POD})",
     )
     run.add_argument(
         "--fairshare-idle-timeout",
         type=float,
-        default=FairShareConfig.idle_timeout_s,
+        default=DEFAULT_IDLE_TIMEOUT_S,
         help="seconds after which a fair-share connection with nothing in flight is closed "
-        f"(0: never; default {FairShareConfig.idle_timeout_s:g})",
+        f"(0: never; default {DEFAULT_IDLE_TIMEOUT_S:g})",
     )
     run.add_argument(
         "--proc-root", default="/proc", help="host /proc, to map GPU processes to pods"

@@ -63,6 +63,8 @@ from koordlet.fairshare.protocol import (
 from koordlet.fairshare.tokens import ClientShare, SchedulerConfig, TokenScheduler
 
 __all__ = [
+    "DEFAULT_IDLE_TIMEOUT_S",
+    "DEFAULT_MAX_CONNS_PER_POD",
     "ClientStats",
     "Endpoint",
     "FairShareConfig",
@@ -76,6 +78,8 @@ _ACCEPT_PAUSE_S: Final = 0.1  # a listener that hit EMFILE rests this long (no b
 _FD_SLACK: Final = 8  # selector, wake pair, state file, and a few spare
 _NO_FD_LIMIT: Final = 1 << 20
 _REFUSAL_LOG_S: Final = 60.0
+DEFAULT_MAX_CONNS_PER_POD: Final = 64
+DEFAULT_IDLE_TIMEOUT_S: Final = 120.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,10 +103,10 @@ class FairShareConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     state_path: str = ""
     grace_s: float = 120.0
-    max_conns_per_pod: int = 64
+    max_conns_per_pod: int = DEFAULT_MAX_CONNS_PER_POD
     """Open connections per pod's relay (and per card's scheduler port); at the bound a new
     connection closes the pod's least recently used idle one."""
-    idle_timeout_s: float = 120.0
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
     """A connection with nothing in flight for this long is closed (0: never)."""
     max_connections: int = 0
     """Open connections on the whole node; 0: from ``RLIMIT_NOFILE`` less ``reserve_fds``."""
