@@ -175,11 +175,18 @@ class _Client:
     relay: socket.socket
     port: int
     ensured_at: float | None = None
-    memory_used: int = 0
+    memory_net: int = 0
+    """The sum of the nets of the pod's open connections and ``retained``: what the pod holds
+    (negative only transiently, when a process that freed memory outlives the one that
+    allocated it); ``memory_used`` is never below 0."""
     retained: int = 0
     """Net bytes of connections the server closed (bound, idle) when none of the pod's was
     left to carry them: handed to the pod's next connection."""
     throttled_ms: float = 0.0
+
+    @property
+    def memory_used(self) -> int:
+        return max(0, self.memory_net)
 
 
 def _ticket(ticket: object) -> tuple[_Conn, int]:
@@ -672,9 +679,7 @@ class FairShareServer:
             if client is None or not nbytes:
                 continue
             if not evicted:
-                client.memory_used = min(
-                    max(0, client.memory_used - nbytes), client.pod.spec.memory_bytes
-                )
+                client.memory_net -= nbytes
                 continue
             heir = next(reversed(members), None) if members else None
             if heir is not None:
@@ -723,16 +728,19 @@ class FairShareServer:
 
     @staticmethod
     def _memory(conn: _Conn, client: _Client, req: MemUpdateRequest) -> bool:
+        """Pod-wide, as Gemini's pod manager: a free counts whichever connection it comes on
+        (the hook library sends each request on a new one). The connection keeps its net
+        (signed) so that its process's memory is given back when the peer closes it."""
         uid = client.pod.uid
         if req.is_allocate:
             if client.memory_used + req.nbytes > client.pod.spec.memory_bytes:
                 return False
-            client.memory_used += req.nbytes
+            client.memory_net += req.nbytes
             conn.memory[uid] = conn.memory.get(uid, 0) + req.nbytes
             return True
-        freed = min(req.nbytes, conn.memory.get(uid, 0))
+        freed = min(req.nbytes, client.memory_used)
         conn.memory[uid] = conn.memory.get(uid, 0) - freed
-        client.memory_used -= freed
+        client.memory_net -= freed
         return True
 
     def _schedule(self) -> None:

@@ -221,3 +221,26 @@ def test_one_pod_cannot_exhaust_the_agents_file_descriptors() -> None:
             child.wait()
         hook_sock.unlink(missing_ok=True)
         sock_dir.rmdir()
+
+
+def test_memory_of_a_closed_idle_connection_stays_with_the_pod() -> None:
+    MiB = 2**20
+    s = FairShareServer(FairShareConfig(scheduler=FAST, max_conns_per_pod=1))
+    s.start()
+    try:
+        s.ensure(pod("a"))
+        first = relay(s, "a")
+        assert first.mem_update(700 * MiB, True)
+        with relay(s, "a") as second:  # the first is closed to make room: its process runs on
+            assert wait_closed([first.sock], 1) == 1
+            assert second.mem_limit() == (700 * MiB, GiB)
+            assert not second.mem_update(400 * MiB, True)
+        first.close()
+        for _ in range(200):  # the second's peer closed (its process ended): seen by the server
+            if not s.connection_stats():
+                break
+            select.select([], [], [], 0.05)
+        with relay(s, "a") as third:
+            assert third.mem_limit() == (0, GiB)
+    finally:
+        s.stop()
