@@ -39,12 +39,14 @@ from koordlet.devices.fake import FakeLibrary, FakeSpecError
 from koordlet.devices.library import GPU, DeviceLibrary
 from koordlet.devices.sysfs import DEFAULT_SYSFS_ROOT
 from koordlet.fairshare.monitor import PodUsageMonitor, ProcessPods
+from koordlet.fairshare.pods import PodRecord as FairSharePodRecord
 from koordlet.fairshare.server import (
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_MAX_CONNS_PER_POD,
     FairShareConfig,
     FairShareServer,
 )
+from koordlet.fairshare.service import EVENT_REASON as FAIRSHARE_EVENT_REASON
 from koordlet.fairshare.service import FairShareService
 from koordlet.hookserver import (
     DEFAULT_HOOK_DIR,
@@ -282,11 +284,18 @@ def _fairshare(
         raise UserError(f"fair share: {exc}") from None
     server = FairShareServer(config, on_grant=metrics.observe_grant)
     server_ref.append(server)
+
+    def on_problem(pod: FairSharePodRecord, message: str) -> None:
+        events = agent_ref[0].events if agent_ref else None
+        if events is not None:
+            events.warn(pod.namespace, pod.name, pod.uid, FAIRSHARE_EVENT_REASON, message)
+
     return FairShareService(
         server,
         lambda: api.list_node_pod_records(node_name),
         default_limit=DefaultLimit(args.fairshare_default_limit),
         interval_s=interval_s,
+        on_problem=on_problem,
     )
 
 

@@ -17,6 +17,8 @@ Invariants:
 - A malformed or truncated message closes that connection with one log line; the loop keeps
   serving. A closed connection's waiting requests are dropped and the memory it allocated is
   given back; a token it holds expires at quota end.
+- A pod whose share the scheduler cannot take is refused alone (``sync_pods`` returns it, a
+  served pod keeps its last good share); the loop, the other pods and later syncs go on.
 - The pod set follows ``sync_pods`` (the koordlet's pod list): pods that appear are added,
   pods that end are removed (their relay closed), a pod whose card or shares changed is moved
   or updated. A pod announced by ``ensure`` (the runtime hook, before the pod list shows it)
@@ -196,6 +198,15 @@ def _ticket(ticket: object) -> tuple[_Conn, int]:
     return conn, req_id
 
 
+def _share(pod: FairSharePod) -> ClientShare:
+    """The pod's share for its card's scheduler; ``ValueError`` naming the pod if impossible."""
+    s = pod.spec
+    try:
+        return ClientShare(s.request, max(s.limit, s.request), s.memory_bytes)
+    except ValueError as exc:
+        raise ValueError(f"pod {pod.namespace}/{pod.name}: {exc}") from None
+
+
 def _listen(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -290,7 +301,8 @@ class FairShareServer:
     def ensure(self, pod: FairSharePod) -> Endpoint:
         """Serve ``pod`` (now, before the pod list shows it) and say where its hook connects.
 
-        Raises ``OSError`` when a listener cannot be opened: the caller fails the container.
+        Raises ``OSError`` when a listener cannot be opened, ``ValueError`` for a share the
+        scheduler cannot take (nothing changed): the caller fails the container closed.
         """
         with self._lock:
             new = pod.uid not in self._clients
@@ -306,9 +318,13 @@ class FairShareServer:
         self._wake()
         return endpoint
 
-    def sync_pods(self, pods: Iterable[FairSharePod]) -> None:
-        """Make the served pods those of the node's pod list (see the module docstring)."""
+    def sync_pods(self, pods: Iterable[FairSharePod]) -> list[tuple[FairSharePod, str]]:
+        """Make the served pods those of the node's pod list (see the module docstring).
+
+        Returns the pods that could not be served, each with the reason (a share the
+        scheduler cannot take, a listener that cannot be opened); the others are served."""
         now = self._clock()
+        refused: list[tuple[FairSharePod, str]] = []
         desired = {p.uid: p for p in pods}
         with self._lock:
             for uid, client in list(self._clients.items()):
@@ -323,12 +339,13 @@ class FairShareServer:
                 new = pod.uid not in self._clients
                 try:
                     client = self._upsert(pod)
-                except OSError as exc:
+                except (OSError, ValueError) as exc:
                     log.error(
                         "fair-share: cannot serve pod",
                         pod=f"{pod.namespace}/{pod.name}",
                         error=str(exc),
                     )
+                    refused.append((pod, str(exc)))
                     continue
                 if new or client.ensured_at is not None:  # the list decides from now on
                     client.ensured_at = None
@@ -336,6 +353,7 @@ class FairShareServer:
             self._apply_shares()
             self._save_state()
         self._wake()
+        return refused
 
     def _card(self, minor: int) -> _Card:
         card = self._cards.get(minor)
@@ -358,6 +376,9 @@ class FairShareServer:
         return _listen(self.config.bind_address, 0)
 
     def _upsert(self, pod: FairSharePod) -> _Client:
+        """Serve ``pod``; ``ValueError`` (nothing changed) for a share the scheduler cannot
+        take, ``OSError`` when a listener cannot be opened."""
+        _share(pod)
         self._card(pod.spec.minor)
         client = self._clients.get(pod.uid)
         if client is None:
@@ -399,9 +420,7 @@ class FairShareServer:
     def _apply_shares(self) -> None:
         by_card: dict[int, dict[str, ClientShare]] = {m: {} for m in self._cards}
         for uid, c in self._clients.items():
-            s = c.pod.spec
-            share = ClientShare(s.request, max(s.limit, s.request), s.memory_bytes)
-            by_card.setdefault(s.minor, {})[uid] = share
+            by_card.setdefault(c.pod.spec.minor, {})[uid] = _share(c.pod)
         for minor, shares in by_card.items():
             sched = self._card(minor).scheduler
             before = sched.oversubscription

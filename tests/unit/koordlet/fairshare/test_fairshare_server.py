@@ -271,3 +271,16 @@ def test_a_free_of_more_than_the_pod_holds_leaves_zero(server: FairShareServer) 
         assert c2.mem_update(GiB, False)
         assert c1.mem_limit() == (0, GiB)
         assert c1.mem_update(GiB, True)
+
+
+def test_a_pod_with_an_impossible_share_is_left_out_and_the_others_served(
+    server: FairShareServer,
+) -> None:
+    bad = FairSharePod("bad", "ns", "bad", FairShareSpec(0, -0.5, 1.0, GiB))
+    server.sync_pods([pod("a"), bad])  # raised before, with "a" never given its share
+    assert server.endpoint("a") is not None and server.endpoint("bad") is None
+    with pytest.raises(ValueError, match="request"):
+        server.ensure(bad)  # the runtime hook fails that container closed
+    server.ensure(pod("b"))
+    with relay(server, pod("b")) as c:
+        assert c.quota() == 50.0
