@@ -202,7 +202,7 @@ def _share(pod: FairSharePod) -> ClientShare:
     """The pod's share for its card's scheduler; ``ValueError`` naming the pod if impossible."""
     s = pod.spec
     try:
-        return ClientShare(s.request, max(s.limit, s.request), s.memory_bytes)
+        return ClientShare(s.request, s.limit, s.memory_bytes)  # Gemini: the limit caps
     except ValueError as exc:
         raise ValueError(f"pod {pod.namespace}/{pod.name}: {exc}") from None
 

@@ -284,3 +284,10 @@ def test_a_pod_with_an_impossible_share_is_left_out_and_the_others_served(
     server.ensure(pod("b"))
     with relay(server, pod("b")) as c:
         assert c.quota() == 50.0
+
+
+def test_a_limit_below_the_request_is_kept(server: FairShareServer) -> None:
+    """Gemini's rule (issue 25.5): request 0.5 with limit 0.2 is capped at 0.2."""
+    server.ensure(pod("a", request=0.5, limit=0.2))
+    (stats,) = server.stats()
+    assert (stats.share, stats.limit) == (0.5, 0.2)
