@@ -18,8 +18,8 @@ Invariants:
 - ``None`` for a pod that did not opt in, has no ``gpu`` allocation, or holds whole cards
   (per-card ``gpu-core`` >= 100: nothing to share).
 - ``FairShareInputError`` (one clear message) for an opted-in pod that cannot be served: a
-  malformed allocation or limit, or a shared allocation spread over several cards (Gemini
-  schedules one card per client).
+  malformed allocation or limit, a negative ``gpu-core`` or ``gpu-memory``, or a shared
+  allocation spread over several cards (Gemini schedules one card per client).
 - request = per-card ``gpu-core`` / 100; memory limit = the allocated per-card ``gpu-memory``.
 """
 
@@ -126,11 +126,16 @@ def fairshare_spec(
             f"this one is spread over {len(gpus)}"
         )
     alloc, core = gpus[0], cores[0]
+    if core < 0:
+        raise FairShareInputError(f"{ANNOTATION_DEVICE_ALLOCATED}: gpu-core {core} is negative")
+    memory = alloc.resource_value(GPU_MEMORY)
+    if memory < 0:
+        raise FairShareInputError(f"{ANNOTATION_DEVICE_ALLOCATED}: gpu-memory {memory} is negative")
     limit = _limit_percent(annotations, core, default_limit)
     return FairShareSpec(
         minor=alloc.minor,
         request=core / _FULL,
         limit=limit / _FULL,
-        memory_bytes=alloc.resource_value(GPU_MEMORY),
+        memory_bytes=memory,
         uuid=alloc.id,
     )

@@ -39,7 +39,14 @@ from koordlet.devices.fake import FakeLibrary, FakeSpecError
 from koordlet.devices.library import GPU, DeviceLibrary
 from koordlet.devices.sysfs import DEFAULT_SYSFS_ROOT
 from koordlet.fairshare.monitor import PodUsageMonitor, ProcessPods
-from koordlet.fairshare.server import FairShareConfig, FairShareServer
+from koordlet.fairshare.pods import PodRecord as FairSharePodRecord
+from koordlet.fairshare.server import (
+    DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_MAX_CONNS_PER_POD,
+    FairShareConfig,
+    FairShareServer,
+)
+from koordlet.fairshare.service import EVENT_REASON as FAIRSHARE_EVENT_REASON
 from koordlet.fairshare.service import FairShareService
 from koordlet.hookserver import (
     DEFAULT_HOOK_DIR,
@@ -257,16 +264,29 @@ def _fairshare(
     metrics = FairShareMetrics(
         registry, node_name, lambda: server_ref[0].stats() if server_ref else [], measured
     )
-    server = FairShareServer(
-        FairShareConfig(bind_address=args.fairshare_address, state_path=args.fairshare_state),
-        on_grant=metrics.observe_grant,
-    )
+    try:
+        config = FairShareConfig(
+            bind_address=args.fairshare_address,
+            state_path=args.fairshare_state,
+            max_conns_per_pod=args.fairshare_max_conns_per_pod,
+            idle_timeout_s=args.fairshare_idle_timeout,
+        )
+    except ValueError as exc:
+        raise UserError(f"fair share: {exc}") from None
+    server = FairShareServer(config, on_grant=metrics.observe_grant)
     server_ref.append(server)
+
+    def on_problem(pod: FairSharePodRecord, message: str) -> None:
+        events = agent_ref[0].events if agent_ref else None
+        if events is not None:
+            events.warn(pod.namespace, pod.name, pod.uid, FAIRSHARE_EVENT_REASON, message)
+
     return FairShareService(
         server,
         lambda: api.list_node_pod_records(node_name),
         default_limit=DefaultLimit(args.fairshare_default_limit),
         interval_s=interval_s,
+        on_problem=on_problem,
     )
 
 
@@ -300,6 +320,20 @@ def _fairshare_flags(run: argparse.ArgumentParser) -> None:
         default=DEFAULT_FAIRSHARE_STATE,
         help=f"file remembering the fair-share ports across restarts "
         f"(default {DEFAULT_FAIRSHARE_STATE}; empty: none)",
+    )
+    run.add_argument(
+        "--fairshare-max-conns-per-pod",
+        type=int,
+        default=DEFAULT_MAX_CONNS_PER_POD,
+        help="open connections a pod may hold to its relay; at the bound the least recently "
+        f"used idle one is closed (default {DEFAULT_MAX_CONNS_PER_POD})",
+    )
+    run.add_argument(
+        "--fairshare-idle-timeout",
+        type=float,
+        default=DEFAULT_IDLE_TIMEOUT_S,
+        help="seconds after which a fair-share connection with nothing in flight is closed "
+        f"(0: never; default {DEFAULT_IDLE_TIMEOUT_S:g})",
     )
     run.add_argument(
         "--proc-root", default="/proc", help="host /proc, to map GPU processes to pods"

@@ -119,7 +119,7 @@ class FairShareWiring:
     default_limit: DefaultLimit
 
 
-def _fairshare_hook(wiring: FairShareWiring) -> Any:
+def _fairshare_hook(wiring: FairShareWiring, denials: Any = None) -> Any:
     from runtimehooks.hooks.fairshare import (
         FairShareEndpoint,
         FairShareHook,
@@ -139,7 +139,8 @@ def _fairshare_hook(wiring: FairShareWiring) -> Any:
             ep.client_name, ep.scheduler_ip, ep.scheduler_port, ep.manager_ip, ep.manager_port
         )
 
-    return FairShareHook(resolve, FairShareHookOptions(wiring.library, wiring.default_limit))
+    options = FairShareHookOptions(wiring.library, wiring.default_limit)
+    return FairShareHook(resolve, options, denials=denials)
 
 
 class HookService:
@@ -166,7 +167,9 @@ class HookService:
         self.registry = new_default_registry(
             GPUHookOptions(visible_devices_by=visible_devices_by),  # type: ignore[arg-type]
             observer=_Observer(observe),
-            fairshare=_fairshare_hook(fairshare) if fairshare is not None else None,
+            fairshare=(
+                _fairshare_hook(fairshare, ports.get("denials")) if fairshare is not None else None
+            ),
             **ports,
         )
         self._server: Any = None

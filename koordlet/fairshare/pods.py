@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from apis.fairshare import DefaultLimit, FairShareInputError, FairShareSpec, fairshare_spec
 
-__all__ = ["FairSharePod", "PodRecord", "fairshare_pods"]
+__all__ = ["FairSharePod", "PodRecord", "classify_pods", "fairshare_pods"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,13 +44,21 @@ def fairshare_pods(
     records: Iterable[PodRecord], default_limit: DefaultLimit = DefaultLimit.FULL
 ) -> tuple[list[FairSharePod], list[str]]:
     """The opted-in clients among ``records``, and one problem line per pod left out."""
+    pods, problems = classify_pods(records, default_limit)
+    return pods, [f"pod {r.namespace}/{r.name}: {message}" for r, message in problems]
+
+
+def classify_pods(
+    records: Iterable[PodRecord], default_limit: DefaultLimit = DefaultLimit.FULL
+) -> tuple[list[FairSharePod], list[tuple[PodRecord, str]]]:
+    """The opted-in clients among ``records``, and each pod left out with the reason."""
     pods: list[FairSharePod] = []
-    problems: list[str] = []
+    problems: list[tuple[PodRecord, str]] = []
     for r in records:
         try:
             spec = fairshare_spec(r.labels, r.annotations, default_limit)
         except FairShareInputError as err:
-            problems.append(f"pod {r.namespace}/{r.name}: {err}")
+            problems.append((r, str(err)))
             continue
         if spec is not None:
             pods.append(FairSharePod(r.uid, r.namespace, r.name, spec))

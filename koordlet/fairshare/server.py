@@ -17,6 +17,8 @@ Invariants:
 - A malformed or truncated message closes that connection with one log line; the loop keeps
   serving. A closed connection's waiting requests are dropped and the memory it allocated is
   given back; a token it holds expires at quota end.
+- A pod whose share the scheduler cannot take is refused alone (``sync_pods`` returns it, a
+  served pod keeps its last good share); the loop, the other pods and later syncs go on.
 - The pod set follows ``sync_pods`` (the koordlet's pod list): pods that appear are added,
   pods that end are removed (their relay closed), a pod whose card or shares changed is moved
   or updated. A pod announced by ``ensure`` (the runtime hook, before the pod list shows it)
@@ -30,12 +32,15 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import resource
 import selectors
 import socket
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +65,8 @@ from koordlet.fairshare.protocol import (
 from koordlet.fairshare.tokens import ClientShare, SchedulerConfig, TokenScheduler
 
 __all__ = [
+    "DEFAULT_IDLE_TIMEOUT_S",
+    "DEFAULT_MAX_CONNS_PER_POD",
     "ClientStats",
     "Endpoint",
     "FairShareConfig",
@@ -69,6 +76,12 @@ __all__ = [
 log = structlog.get_logger("koordlet.fairshare")
 
 _MAX_BUFFER: Final = 64 * REQUEST_SIZE
+_ACCEPT_PAUSE_S: Final = 0.1  # a listener that hit EMFILE rests this long (no busy loop)
+_FD_SLACK: Final = 8  # selector, wake pair, state file, and a few spare
+_NO_FD_LIMIT: Final = 1 << 20
+_REFUSAL_LOG_S: Final = 60.0
+DEFAULT_MAX_CONNS_PER_POD: Final = 64
+DEFAULT_IDLE_TIMEOUT_S: Final = 120.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +105,22 @@ class FairShareConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     state_path: str = ""
     grace_s: float = 120.0
+    max_conns_per_pod: int = DEFAULT_MAX_CONNS_PER_POD
+    """Open connections per pod's relay (and per card's scheduler port); at the bound a new
+    connection closes the pod's least recently used idle one."""
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
+    """A connection with nothing in flight for this long is closed (0: never)."""
+    max_connections: int = 0
+    """Open connections on the whole node; 0: from ``RLIMIT_NOFILE`` less ``reserve_fds``."""
+    reserve_fds: int = 0
+    """File descriptors never used for fair-share connections (the runtime-hook server, the
+    API client, NVML); 0: a quarter of the soft ``RLIMIT_NOFILE``, at most 256."""
+
+    def __post_init__(self) -> None:
+        if self.max_conns_per_pod < 1:
+            raise ValueError("max_conns_per_pod must be at least 1")
+        if self.idle_timeout_s < 0 or self.max_connections < 0 or self.reserve_fds < 0:
+            raise ValueError("idle timeout, max connections and reserved fds must not be negative")
 
     @property
     def address(self) -> str:
@@ -120,10 +149,18 @@ class _Conn:
     sock: socket.socket
     pod_uid: str | None  # None: a card's scheduler port, name from each message
     minor: int
+    group: object  # what its bound counts against: the pod uid, or ("card", minor)
+    last_active: float = 0.0
     inbuf: bytearray = field(default_factory=bytearray)
     outbuf: bytearray = field(default_factory=bytearray)
-    memory: dict[str, int] = field(default_factory=dict)  # pod uid -> bytes it allocated
+    memory: dict[str, int] = field(default_factory=dict)
+    """pod uid -> net bytes allocated (less freed) on this connection; may be negative."""
+    waiting: int = 0  # quota requests of it the scheduler has not answered yet
     closed: bool = False
+
+    @property
+    def idle(self) -> bool:
+        return self.waiting == 0 and not self.outbuf and not self.inbuf
 
 
 @dataclass(eq=False)
@@ -140,8 +177,18 @@ class _Client:
     relay: socket.socket
     port: int
     ensured_at: float | None = None
-    memory_used: int = 0
+    memory_net: int = 0
+    """The sum of the nets of the pod's open connections and ``retained``: what the pod holds
+    (negative only transiently, when a process that freed memory outlives the one that
+    allocated it); ``memory_used`` is never below 0."""
+    retained: int = 0
+    """Net bytes of connections the server closed (bound, idle) when none of the pod's was
+    left to carry them: handed to the pod's next connection."""
     throttled_ms: float = 0.0
+
+    @property
+    def memory_used(self) -> int:
+        return max(0, self.memory_net)
 
 
 def _ticket(ticket: object) -> tuple[_Conn, int]:
@@ -149,6 +196,15 @@ def _ticket(ticket: object) -> tuple[_Conn, int]:
     conn, req_id = ticket
     assert isinstance(conn, _Conn) and isinstance(req_id, int)
     return conn, req_id
+
+
+def _share(pod: FairSharePod) -> ClientShare:
+    """The pod's share for its card's scheduler; ``ValueError`` naming the pod if impossible."""
+    s = pod.spec
+    try:
+        return ClientShare(s.request, s.limit, s.memory_bytes)  # Gemini: the limit caps
+    except ValueError as exc:
+        raise ValueError(f"pod {pod.namespace}/{pod.name}: {exc}") from None
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -186,11 +242,19 @@ class FairShareServer:
         self._cards: dict[int, _Card] = {}
         self._clients: dict[str, _Client] = {}
         self._conns: set[_Conn] = set()
+        self._groups: dict[object, OrderedDict[_Conn, None]] = {}  # least recently used first
+        self._lru: OrderedDict[_Conn, None] = OrderedDict()  # every connection, LRU first
+        self._paused: list[tuple[float, socket.socket, object]] = []
+        self._refusal_logged: dict[object, float] = {}
         self._pending: list[tuple[socket.socket, object]] = []
         self._saved: dict[str, dict[str, int]] = self._load_state()
         self._thread: threading.Thread | None = None
         self._stopping = False
         self.protocol_errors = 0
+        self.evicted_connections = 0
+        """Connections closed by the server: a pod at its bound, the node at its bound, idle."""
+        self.refused_connections = 0
+        """Connections closed at once: nothing of the pod (or the node) was idle to make room."""
 
     def _ms(self) -> float:
         return self._clock() * 1000.0
@@ -221,6 +285,7 @@ class FairShareServer:
             for sock, _ in self._pending:
                 sock.close()
             self._pending.clear()
+            self._paused.clear()
             self._clients.clear()
             self._cards.clear()
         self._wake_r.close()
@@ -236,7 +301,8 @@ class FairShareServer:
     def ensure(self, pod: FairSharePod) -> Endpoint:
         """Serve ``pod`` (now, before the pod list shows it) and say where its hook connects.
 
-        Raises ``OSError`` when a listener cannot be opened: the caller fails the container.
+        Raises ``OSError`` when a listener cannot be opened, ``ValueError`` for a share the
+        scheduler cannot take (nothing changed): the caller fails the container closed.
         """
         with self._lock:
             new = pod.uid not in self._clients
@@ -252,9 +318,13 @@ class FairShareServer:
         self._wake()
         return endpoint
 
-    def sync_pods(self, pods: Iterable[FairSharePod]) -> None:
-        """Make the served pods those of the node's pod list (see the module docstring)."""
+    def sync_pods(self, pods: Iterable[FairSharePod]) -> list[tuple[FairSharePod, str]]:
+        """Make the served pods those of the node's pod list (see the module docstring).
+
+        Returns the pods that could not be served, each with the reason (a share the
+        scheduler cannot take, a listener that cannot be opened); the others are served."""
         now = self._clock()
+        refused: list[tuple[FairSharePod, str]] = []
         desired = {p.uid: p for p in pods}
         with self._lock:
             for uid, client in list(self._clients.items()):
@@ -269,12 +339,13 @@ class FairShareServer:
                 new = pod.uid not in self._clients
                 try:
                     client = self._upsert(pod)
-                except OSError as exc:
+                except (OSError, ValueError) as exc:
                     log.error(
                         "fair-share: cannot serve pod",
                         pod=f"{pod.namespace}/{pod.name}",
                         error=str(exc),
                     )
+                    refused.append((pod, str(exc)))
                     continue
                 if new or client.ensured_at is not None:  # the list decides from now on
                     client.ensured_at = None
@@ -282,6 +353,7 @@ class FairShareServer:
             self._apply_shares()
             self._save_state()
         self._wake()
+        return refused
 
     def _card(self, minor: int) -> _Card:
         card = self._cards.get(minor)
@@ -304,6 +376,9 @@ class FairShareServer:
         return _listen(self.config.bind_address, 0)
 
     def _upsert(self, pod: FairSharePod) -> _Client:
+        """Serve ``pod``; ``ValueError`` (nothing changed) for a share the scheduler cannot
+        take, ``OSError`` when a listener cannot be opened."""
+        _share(pod)
         self._card(pod.spec.minor)
         client = self._clients.get(pod.uid)
         if client is None:
@@ -328,6 +403,9 @@ class FairShareServer:
                     old=client.pod.spec.minor,
                     new=pod.spec.minor,
                 )
+                for conn in self._conns:  # the old card drops their waiting requests
+                    if conn.pod_uid == pod.uid:
+                        conn.waiting = 0
             client.pod = pod
         return client
 
@@ -342,9 +420,7 @@ class FairShareServer:
     def _apply_shares(self) -> None:
         by_card: dict[int, dict[str, ClientShare]] = {m: {} for m in self._cards}
         for uid, c in self._clients.items():
-            s = c.pod.spec
-            share = ClientShare(s.request, max(s.limit, s.request), s.memory_bytes)
-            by_card.setdefault(s.minor, {})[uid] = share
+            by_card.setdefault(c.pod.spec.minor, {})[uid] = _share(c.pod)
         for minor, shares in by_card.items():
             sched = self._card(minor).scheduler
             before = sched.oversubscription
@@ -363,6 +439,7 @@ class FairShareServer:
 
     def _unregister(self, sock: socket.socket) -> None:
         self._pending = [(s, d) for s, d in self._pending if s is not sock]
+        self._paused = [p for p in self._paused if p[1] is not sock]
         with contextlib.suppress(KeyError, ValueError):
             self._selector.unregister(sock)
 
@@ -372,6 +449,8 @@ class FairShareServer:
                 for sock, data in self._pending:
                     self._selector.register(sock, selectors.EVENT_READ, data)
                 self._pending.clear()
+                self._resume_listeners()
+                self._reap_idle()
                 timeout = self._timeout()
             # epoll counts whole milliseconds, rounded up: wake a millisecond early and poll
             # the last stretch, so that a token coming free at quota expiry is granted on time.
@@ -393,9 +472,120 @@ class FairShareServer:
         deadlines = [
             d for c in self._cards.values() if (d := c.scheduler.next_deadline()) is not None
         ]
-        if not deadlines:
+        secs = [(min(deadlines) - now) / 1000.0] if deadlines else []
+        now_s = self._clock()
+        if self._paused:
+            secs.append(min(p[0] for p in self._paused) - now_s)
+        if self._lru and self.config.idle_timeout_s:
+            oldest = next(iter(self._lru))
+            secs.append(oldest.last_active + self.config.idle_timeout_s - now_s)
+        if not secs:
             return None
-        return max(0.0, (min(deadlines) - now) / 1000.0)
+        return max(0.0, min(secs))
+
+    # -- connection bounds -----------------------------------------------------------------
+
+    def _conn_cap(self) -> int:
+        """The most fair-share connections the node may hold now."""
+        if self.config.max_connections:
+            return self.config.max_connections
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft == resource.RLIM_INFINITY or soft <= 0 or soft > _NO_FD_LIMIT:
+            soft = _NO_FD_LIMIT
+        reserve = self.config.reserve_fds or min(256, soft // 4)
+        listeners = len(self._clients) + len(self._cards)
+        return max(1, soft - reserve - listeners - _FD_SLACK)
+
+    def _touch(self, conn: _Conn) -> None:
+        conn.last_active = self._clock()
+        self._lru.move_to_end(conn)
+        group = self._groups.get(conn.group)
+        if group is not None:
+            group.move_to_end(conn)
+
+    @staticmethod
+    def _oldest_idle(conns: Iterable[_Conn]) -> _Conn | None:
+        """The least recently used idle connection, one that carries no memory first."""
+        fallback = None
+        for conn in conns:
+            if not conn.idle:
+                continue
+            if not any(conn.memory.values()):
+                return conn
+            if fallback is None:
+                fallback = conn
+        return fallback
+
+    def _admit(self, group: object) -> bool:
+        """Make room for one more connection of ``group``; False if there is none."""
+        members = self._groups.get(group)
+        if members is not None and len(members) >= self.config.max_conns_per_pod:
+            victim = self._oldest_idle(members)
+            if victim is None:
+                return False
+            self._evict(victim)
+        cap = self._conn_cap()
+        while len(self._conns) >= cap:
+            largest = max(self._groups.values(), key=len)
+            victim = self._oldest_idle(largest) or self._oldest_idle(self._lru)
+            if victim is None:
+                return False
+            self._evict(victim)
+        return True
+
+    def _evict(self, conn: _Conn) -> None:
+        self.evicted_connections += 1
+        self._close(conn, None, evicted=True)
+
+    def _refuse(self, group: object, reason: str) -> None:
+        self.refused_connections += 1
+        now = self._clock()
+        last = self._refusal_logged.get(group)
+        if last is None or now - last >= _REFUSAL_LOG_S:
+            self._refusal_logged[group] = now
+            log.warning(
+                "fair-share: connection refused",
+                group=str(group),
+                reason=reason,
+                refused_total=self.refused_connections,
+            )
+
+    def _pause(self, listener: socket.socket, data: tuple[str, object], exc: OSError) -> None:
+        """Out of file descriptors: rest the listener (a readable listener that cannot accept
+        would spin the loop), and close the least recently used idle connection."""
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(listener)
+        self._paused.append((self._clock() + _ACCEPT_PAUSE_S, listener, data))
+        self._refuse(data, f"accept failed: {exc}")
+        if self._groups:
+            largest = max(self._groups.values(), key=len)
+            victim = self._oldest_idle(largest) or self._oldest_idle(self._lru)
+            if victim is not None:
+                self._evict(victim)
+
+    def _resume_listeners(self) -> None:
+        if not self._paused:
+            return
+        now = self._clock()
+        due = [p for p in self._paused if p[0] <= now]
+        self._paused = [p for p in self._paused if p[0] > now]
+        for _, sock, data in due:
+            with contextlib.suppress(KeyError, ValueError, OSError):
+                self._selector.register(sock, selectors.EVENT_READ, data)
+
+    def _reap_idle(self) -> None:
+        limit = self.config.idle_timeout_s
+        if not limit:
+            return
+        now = self._clock()
+        while self._lru:
+            conn = next(iter(self._lru))
+            if now - conn.last_active < limit:
+                return
+            if conn.idle:
+                self._evict(conn)
+            else:  # waiting for a token: in use
+                self._touch(conn)
 
     def _event(self, key: selectors.SelectorKey, mask: int) -> None:
         data = key.data
@@ -415,20 +605,40 @@ class FairShareServer:
     def _accept(self, listener: socket.socket, data: tuple[str, object]) -> None:
         try:
             sock, _ = listener.accept()
-        except OSError:
+        except (BlockingIOError, InterruptedError):
             return
-        sock.setblocking(False)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                self._pause(listener, data, exc)
+            return
+        client = None
         if data[0] == "card":
-            conn = _Conn(sock, None, int(data[1]))  # type: ignore[call-overload]
+            minor = int(data[1])  # type: ignore[call-overload]
+            group: object = ("card", minor)
         else:
             uid = str(data[1])
             client = self._clients.get(uid)
             if client is None:
                 sock.close()
                 return
-            conn = _Conn(sock, uid, client.pod.spec.minor)
+            group, minor = uid, client.pod.spec.minor
+        if not self._admit(group):
+            sock.close()
+            self._refuse(group, "every connection of it is in use")
+            return
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            sock.close()
+            return
+        conn = _Conn(sock, client.pod.uid if client else None, minor, group, self._clock())
+        if client is not None and client.retained:
+            conn.memory[client.pod.uid] = client.retained
+            client.retained = 0
         self._conns.add(conn)
+        self._lru[conn] = None
+        self._groups.setdefault(group, OrderedDict())[conn] = None
         self._selector.register(sock, selectors.EVENT_READ, conn)
 
     def _read(self, conn: _Conn) -> None:
@@ -444,6 +654,7 @@ class FairShareServer:
             self._close(conn, reason)
             return
         conn.inbuf += data
+        self._touch(conn)
         while len(conn.inbuf) >= REQUEST_SIZE and not conn.closed:
             frame = bytes(conn.inbuf[:REQUEST_SIZE])
             del conn.inbuf[:REQUEST_SIZE]
@@ -455,11 +666,21 @@ class FairShareServer:
                 return
             self._handle(conn, req)
 
-    def _close(self, conn: _Conn, reason: str | None) -> None:
+    def _close(self, conn: _Conn, reason: str | None, *, evicted: bool = False) -> None:
+        """Close ``conn``. Its net memory is given back when its peer went (Gemini: the hook
+        library's connections close when its process ends) but, when the server closed it
+        (``evicted``), handed to the pod's newest connection: the process still runs."""
         if conn.closed:
             return
         conn.closed = True
         self._conns.discard(conn)
+        self._lru.pop(conn, None)
+        members = self._groups.get(conn.group)
+        if members is not None:
+            members.pop(conn, None)
+            if not members:
+                del self._groups[conn.group]
+                self._refusal_logged.pop(conn.group, None)
         if reason is not None:
             log.warning(
                 "fair-share connection closed",
@@ -474,8 +695,16 @@ class FairShareServer:
             card.scheduler.cancel_where(lambda t: isinstance(t, tuple) and t[0] is conn)
         for uid, nbytes in conn.memory.items():
             client = self._clients.get(uid)
-            if client is not None:
-                client.memory_used = max(0, client.memory_used - nbytes)
+            if client is None or not nbytes:
+                continue
+            if not evicted:
+                client.memory_net -= nbytes
+                continue
+            heir = next(reversed(members), None) if members else None
+            if heir is not None:
+                heir.memory[uid] = heir.memory.get(uid, 0) + nbytes
+            else:
+                client.retained += nbytes
 
     def _send(self, conn: _Conn, rsp: Response) -> None:
         if conn.closed:
@@ -507,7 +736,8 @@ class FairShareServer:
             return
         if isinstance(req, QuotaRequest):
             card = self._cards[client.pod.spec.minor]
-            card.scheduler.submit(uid, (conn, req.req_id), req.overuse_ms, req.burst_ms)
+            if card.scheduler.submit(uid, (conn, req.req_id), req.overuse_ms, req.burst_ms):
+                conn.waiting += 1
         elif isinstance(req, MemLimitRequest):
             self._send(
                 conn, MemLimitResponse(req.req_id, client.memory_used, client.pod.spec.memory_bytes)
@@ -517,22 +747,26 @@ class FairShareServer:
 
     @staticmethod
     def _memory(conn: _Conn, client: _Client, req: MemUpdateRequest) -> bool:
+        """Pod-wide, as Gemini's pod manager: a free counts whichever connection it comes on
+        (the hook library sends each request on a new one). The connection keeps its net
+        (signed) so that its process's memory is given back when the peer closes it."""
         uid = client.pod.uid
         if req.is_allocate:
             if client.memory_used + req.nbytes > client.pod.spec.memory_bytes:
                 return False
-            client.memory_used += req.nbytes
+            client.memory_net += req.nbytes
             conn.memory[uid] = conn.memory.get(uid, 0) + req.nbytes
             return True
-        freed = min(req.nbytes, conn.memory.get(uid, 0))
+        freed = min(req.nbytes, client.memory_used)
         conn.memory[uid] = conn.memory.get(uid, 0) - freed
-        client.memory_used -= freed
+        client.memory_net -= freed
         return True
 
     def _schedule(self) -> None:
         for card in self._cards.values():
             while (grant := card.scheduler.poll()) is not None:
                 conn, req_id = _ticket(grant.ticket)
+                conn.waiting = max(0, conn.waiting - 1)
                 client = self._clients.get(grant.client)
                 if client is not None:
                     client.throttled_ms += grant.queued_ms
@@ -571,6 +805,14 @@ class FairShareServer:
                     )
                 )
             return out
+
+    def connection_stats(self) -> dict[str, int]:
+        """Open connections by pod uid (``card:<minor>`` for a card's scheduler port)."""
+        with self._lock:
+            return {
+                g if isinstance(g, str) else f"card:{g[1]}": len(m)  # type: ignore[index]
+                for g, m in self._groups.items()
+            }
 
     def card_ports(self) -> dict[int, int]:
         with self._lock:

@@ -7,7 +7,9 @@ every ``interval_s``. The pod list comes from an injected callable (the kube ada
 
 Invariants: a failed pod listing is logged and retried at the next interval, the clients
 already served are kept (never emptied on an API error); problems of single pods (a bad
-limit annotation) are logged once per distinct message; ``stop()`` is idempotent.
+limit annotation, a negative ``gpu-core``, a share the scheduler refuses) affect only that
+pod: logged once per distinct message and reported to ``on_problem`` (the agent posts a
+Warning event on the pod); no error of a pass stops the sync thread; ``stop()`` is idempotent.
 """
 
 from __future__ import annotations
@@ -18,10 +20,16 @@ from collections.abc import Callable, Sequence
 import structlog
 
 from apis.fairshare import DefaultLimit
-from koordlet.fairshare.pods import PodRecord, fairshare_pods
+from koordlet.fairshare.pods import PodRecord, classify_pods
 from koordlet.fairshare.server import FairShareServer
 
-__all__ = ["FairShareService"]
+__all__ = ["EVENT_REASON", "FairShareService", "OnProblem"]
+
+EVENT_REASON = "FairShareNotServed"
+"""The reason of the Warning event on a pod the fair-share server cannot serve."""
+
+OnProblem = Callable[[PodRecord, str], None]
+"""(the pod, why it is not served); must not block."""
 
 log = structlog.get_logger("koordlet.fairshare")
 
@@ -36,11 +44,13 @@ class FairShareService:
         *,
         default_limit: DefaultLimit = DefaultLimit.FULL,
         interval_s: float = 10.0,
+        on_problem: OnProblem | None = None,
     ) -> None:
         self.server = server
         self.list_pods = list_pods
         self.default_limit = default_limit
         self.interval_s = interval_s
+        self.on_problem = on_problem
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._reported: set[str] = set()
@@ -52,12 +62,23 @@ class FairShareService:
         except Exception as exc:  # the adapter's ApiError, or anything a fake raises
             log.warning("fair-share: pod list unavailable, clients kept", error=str(exc))
             return False
-        pods, problems = fairshare_pods(records, self.default_limit)
-        for line in problems:
-            if line not in self._reported:
-                log.warning("fair-share: pod not served", problem=line)
-        self._reported = set(problems)
-        self.server.sync_pods(pods)
+        pods, problems = classify_pods(records, self.default_limit)
+        by_uid = {r.uid: r for r in records}
+        refused = self.server.sync_pods(pods)
+        problems += [(by_uid[p.uid], msg) for p, msg in refused if p.uid in by_uid]
+        reported: set[str] = set()
+        for record, message in problems:
+            line = f"pod {record.namespace}/{record.name}: {message}"
+            reported.add(line)
+            if line in self._reported:
+                continue
+            log.warning("fair-share: pod not served", problem=line, uid=record.uid)
+            if self.on_problem is not None:
+                try:
+                    self.on_problem(record, message)
+                except Exception as exc:
+                    log.error("reporting a fair-share problem failed", error=repr(exc))
+        self._reported = reported
         return True
 
     def start(self) -> None:
@@ -69,7 +90,10 @@ class FairShareService:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
-            self.sync_once()
+            try:
+                self.sync_once()
+            except Exception as exc:  # a bug: lose this pass, never the thread
+                log.error("fair-share pod sync failed", error=repr(exc), exc_info=True)
 
     def stop(self) -> None:
         self._stop.set()

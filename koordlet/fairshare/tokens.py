@@ -25,8 +25,9 @@ Invariants:
   ``min(now, end + overuse)``; a client that comes back early gets the unused rest back the
   same way.
 - Requests are scaled when the card is over-subscribed: with ``sum(request) > 1`` every
-  request is multiplied by ``1 / sum`` (limits are kept, but never below the scaled request);
-  ``oversubscription`` reports the sum.
+  request is multiplied by ``1 / sum`` (limits are kept); ``oversubscription`` reports the sum.
+- The limit is the cap whatever the request, as in Gemini's scheduler: a client whose limit
+  is below its request gets at most its limit; the request only orders waiting clients.
 - Removing a client drops its waiting requests; a token it holds still expires normally.
 """
 
@@ -73,8 +74,6 @@ class ClientShare:
     def __post_init__(self) -> None:
         if not 0.0 <= self.request <= 1.0 or not 0.0 < self.limit <= 1.0:
             raise ValueError(f"request {self.request} / limit {self.limit} outside [0, 1]")
-        if self.limit + _EPS < self.request:
-            raise ValueError(f"limit {self.limit} below request {self.request}")
         if self.memory_bytes < 0:
             raise ValueError("memory limit must not be negative")
 

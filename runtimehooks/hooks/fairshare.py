@@ -13,8 +13,12 @@ Invariants:
 - No I/O here; ``resolve`` is the only effect and is injected (the agent's server, or a fake).
 - A pod that did not opt in, has no shared ``gpu`` allocation, or holds whole cards: the
   context is returned unchanged.
-- Fail closed: an opted-in pod whose input is bad (``HookInputError``) or that the server
-  cannot serve (``resolve`` raises) fails the container rather than running it unthrottled.
+- Fail closed, without raising: an opted-in pod whose input is bad, or that the server
+  cannot serve (``resolve`` raises), or any other failure, gets
+  ``NVIDIA_VISIBLE_DEVICES=void`` (no GPU) as the GPU hook answers a failed allocation, one
+  warning line and a ``Denial`` (event and metric in the agent). An error reply would not
+  do: koordlet registers with koord-runtime-proxy under failure policy Ignore, so the proxy
+  would start the container unchanged, with every GPU and no throttle.
 - ``LD_PRELOAD`` is replaced, like the GPU hook does for HAMi-core.
 """
 
@@ -24,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
+import structlog
+
 from apis.fairshare import (
     DEFAULT_GEMINI_LIBRARY,
     DefaultLimit,
@@ -32,10 +38,14 @@ from apis.fairshare import (
     fairshare_spec,
 )
 from runtimehooks.context import ContainerContext, HookInputError
+from runtimehooks.hooks.gpu import ENV_NVIDIA_VISIBLE_DEVICES, NO_GPU
+from runtimehooks.ports import Denial, DenialSink
 
 __all__ = [
     "DEFAULT_GEMINI_LIBRARY",
     "HOOK_NAME",
+    "REASON_FAIRSHARE_INVALID",
+    "REASON_FAIRSHARE_REFUSED",
     "FairShareEndpoint",
     "FairShareHook",
     "FairShareHookOptions",
@@ -44,7 +54,14 @@ __all__ = [
     "fairshare_env",
 ]
 
+log = structlog.get_logger("koordlet.runtimehooks.fairshare")
+
 HOOK_NAME: Final = "gemini-fairshare"
+REASON_FAIRSHARE_INVALID: Final = "fairshare-invalid-input"
+"""Denial reason: the pod's fair-share input cannot be read (limit, allocation, uid)."""
+REASON_FAIRSHARE_REFUSED: Final = "fairshare-refused"
+"""Denial reason: the node's fair-share server does not serve the pod (off, no listener,
+a share it cannot take, or any other failure)."""
 ENV_LD_PRELOAD: Final = "LD_PRELOAD"
 ENV_POD_NAME: Final = "POD_NAME"
 ENV_POD_MANAGER_IP: Final = "POD_MANAGER_IP"
@@ -115,11 +132,41 @@ def fairshare_env(
 
 
 class FairShareHook:
-    """The PreCreateContainer hook: ``ctx`` with Gemini's environment set."""
+    """The PreCreateContainer hook: ``ctx`` with Gemini's environment set, or with no GPU
+    when the pod opted in and cannot be served (see the module docstring)."""
 
-    def __init__(self, resolve: Resolve, options: FairShareHookOptions | None = None) -> None:
+    def __init__(
+        self,
+        resolve: Resolve,
+        options: FairShareHookOptions | None = None,
+        *,
+        denials: DenialSink | None = None,
+    ) -> None:
         self.resolve = resolve
         self.options = options if options is not None else FairShareHookOptions()
+        self.denials = denials
 
     def __call__(self, ctx: ContainerContext) -> ContainerContext:
-        return ctx.with_envs(fairshare_env(ctx, self.resolve, self.options))
+        try:
+            return ctx.with_envs(fairshare_env(ctx, self.resolve, self.options))
+        except HookInputError as err:
+            return self._deny(ctx, REASON_FAIRSHARE_INVALID, str(err))
+        except Exception as err:  # the server's refusal, or a bug: never every GPU
+            return self._deny(ctx, REASON_FAIRSHARE_REFUSED, str(err) or repr(err))
+
+    def _deny(self, ctx: ContainerContext, reason: str, message: str) -> ContainerContext:
+        pod, container = ctx.pod_meta, ctx.container_meta.name
+        log.warning(
+            "fair share not served: container gets no GPU",
+            pod=f"{pod.namespace}/{pod.name}",
+            uid=pod.uid,
+            container=container,
+            reason=reason,
+            error=message,
+        )
+        if self.denials is not None:
+            try:
+                self.denials.denied(Denial(pod, container, reason, f"fair share: {message}"))
+            except Exception as err:
+                log.error("reporting a fair-share denial failed", error=repr(err))
+        return ctx.with_envs({ENV_NVIDIA_VISIBLE_DEVICES: NO_GPU})

@@ -93,6 +93,19 @@ BAD = [
     pytest.param({ALLOC: MEMORY_ONLY, LIMIT: "0"}, "above 0", id="zero"),
     pytest.param({ALLOC: TWO}, "spread over 2", id="two-cards"),
     pytest.param({ALLOC: "{"}, "invalid JSON", id="malformed-allocation"),
+    pytest.param(
+        {ALLOC: '{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"-50"}}]}'},
+        "gpu-core -50 is negative",
+        id="negative-core",
+    ),
+    pytest.param(
+        {
+            ALLOC: '{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"30",'
+            '"koordinator.sh/gpu-memory":"-1Gi"}}]}'
+        },
+        "gpu-memory -1073741824 is negative",
+        id="negative-memory",
+    ),
 ]
 
 

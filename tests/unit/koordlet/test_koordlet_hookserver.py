@@ -293,21 +293,26 @@ def test_gemini_pod_refused_when_fair_share_is_off(short_dir: Path) -> None:
     from koordlet.hookserver import FairShareWiring
 
     sock = short_dir / "koordlet.sock"
+    denied: list[tuple[str, ...]] = []
     service = hook_service(
         socket_path=str(sock),
         hook_dir="",
         visible_devices_by="minor",
         observe=Observed(),
         fairshare=FairShareWiring(None, "/lib.so", DefaultLimit.FULL),
+        pods=PodCache(Getter(POD)),
+        on_denied=lambda *a: denied.append(a),
     )
     assert service is not None
     service.start()
     try:
         with grpc.insecure_channel(f"unix:{sock}") as channel:
             stub = api_pb2_grpc.RuntimeHookServiceStub(channel)
-            with pytest.raises(grpc.RpcError) as err:
-                stub.PreCreateContainerHook(_gemini_request(), timeout=10)
-            assert "fair share is off" in str(err.value.details())
+            # an error answer would start the container unchanged (failure policy Ignore)
+            rsp = stub.PreCreateContainerHook(_gemini_request(), timeout=10)
+            assert rsp.container_envs["NVIDIA_VISIBLE_DEVICES"] == "void"
+            assert "LD_PRELOAD" not in rsp.container_envs
+            assert len(denied) == 1 and "fair share is off" in denied[0][5]
             plain = stub.PreCreateContainerHook(_request(), timeout=10)  # others unaffected
             assert plain.container_envs["NVIDIA_VISIBLE_DEVICES"] == "1"
     finally:

@@ -5,15 +5,18 @@ from __future__ import annotations
 import pytest
 
 from apis.fairshare import DefaultLimit, FairShareSpec
-from runtimehooks.context import ContainerContext, HookInputError, PodMeta
+from runtimehooks.context import ContainerContext, ContainerMeta, PodMeta
 from runtimehooks.hooks import new_default_registry
 from runtimehooks.hooks.fairshare import (
+    REASON_FAIRSHARE_INVALID,
+    REASON_FAIRSHARE_REFUSED,
     FairShareEndpoint,
     FairShareHook,
     FairShareHookOptions,
     FairShareTarget,
 )
-from runtimehooks.registry import FailurePolicy, HookFailedError, Stage
+from runtimehooks.ports import Denial
+from runtimehooks.registry import FailurePolicy, Stage
 
 ALLOC = "scheduling.koordinator.sh/device-allocated"
 PROVIDER = "koordinator.sh/gpu-isolation-provider"
@@ -91,41 +94,62 @@ def test_other_containers_unchanged(labels: dict[str, str], annotations: dict[st
     assert server.asked == []
 
 
+class Denials:
+    def __init__(self) -> None:
+        self.seen: list[Denial] = []
+
+    def denied(self, denial: Denial) -> None:
+        self.seen.append(denial)
+
+
 FAIL_CLOSED = [
     pytest.param(
         {ALLOC: SHARED, "koordinator.sh/gpu-core-limit": "10"},
         META,
         None,
-        HookInputError,
+        REASON_FAIRSHARE_INVALID,
         id="limit-below-request",
     ),
-    pytest.param({ALLOC: "{"}, META, None, HookInputError, id="malformed-allocation"),
-    pytest.param({ALLOC: SHARED}, PodMeta(name="x"), None, HookInputError, id="no-uid"),
-    pytest.param({ALLOC: SHARED}, META, OSError("no port"), OSError, id="server-cannot-serve"),
+    pytest.param({ALLOC: "{"}, META, None, REASON_FAIRSHARE_INVALID, id="malformed-allocation"),
+    pytest.param({ALLOC: SHARED}, PodMeta(name="x"), None, REASON_FAIRSHARE_INVALID, id="no-uid"),
+    pytest.param(
+        {ALLOC: SHARED}, META, OSError("no port"), REASON_FAIRSHARE_REFUSED, id="cannot-serve"
+    ),
+    pytest.param(
+        {ALLOC: SHARED}, META, ValueError("bad share"), REASON_FAIRSHARE_REFUSED, id="refused"
+    ),
 ]
 
 
-@pytest.mark.parametrize(("annotations", "meta", "fail", "raised"), FAIL_CLOSED)
+@pytest.mark.parametrize(("annotations", "meta", "fail", "reason"), FAIL_CLOSED)
 def test_fail_closed(
-    annotations: dict[str, str], meta: PodMeta, fail: Exception | None, raised: type[Exception]
+    annotations: dict[str, str], meta: PodMeta, fail: Exception | None, reason: str
 ) -> None:
-    hook = FairShareHook(FakeServer(fail))
+    """Issue 25.4: an error answer is ignored by the proxy (the container starts with every
+    GPU, unthrottled); a refused container is answered with no GPU instead."""
+    denials = Denials()
+    hook = FairShareHook(FakeServer(fail), denials=denials)
     c = ContainerContext(
-        pod_meta=meta, pod_labels={PROVIDER: "Gemini"}, pod_annotations=annotations
+        pod_meta=meta,
+        container_meta=ContainerMeta(name="cuda"),
+        pod_labels={PROVIDER: "Gemini"},
+        pod_annotations=annotations,
+        container_envs={"NVIDIA_VISIBLE_DEVICES": "all", "KEEP": "1"},
     )
-    with pytest.raises(raised):
-        hook(c)
+    out = hook(c)
+    assert dict(out.container_envs) == {"NVIDIA_VISIBLE_DEVICES": "void", "KEEP": "1"}
+    assert [(d.pod, d.container, d.reason) for d in denials.seen] == [(meta, "cuda", reason)]
 
 
-def test_registered_after_the_gpu_hook_and_failing_the_container() -> None:
+def test_registered_after_the_gpu_hook_and_failing_closed() -> None:
     registry = new_default_registry(fairshare=FairShareHook(FakeServer(OSError("down"))))
     names = [s.name for s in registry.hooks(Stage.PRE_CREATE_CONTAINER)]
     assert names == ["gpu-env-inject", "gemini-fairshare"]
     assert registry.hooks(Stage.PRE_CREATE_CONTAINER)[1].policy is FailurePolicy.FAIL
-    with pytest.raises(HookFailedError):
-        registry.run_container(
-            Stage.PRE_CREATE_CONTAINER, ctx({PROVIDER: "Gemini"}, {ALLOC: SHARED})
-        )
+    out = registry.run_container(
+        Stage.PRE_CREATE_CONTAINER, ctx({PROVIDER: "Gemini"}, {ALLOC: SHARED})
+    )
+    assert out.container_envs["NVIDIA_VISIBLE_DEVICES"] == "void"  # not the GPU hook's "3"
 
 
 def test_registry_sets_both_hooks_envs() -> None:

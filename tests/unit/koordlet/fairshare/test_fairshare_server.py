@@ -239,3 +239,55 @@ def test_client_rejects_a_mismatched_response() -> None:
         c.quota()
     t.join()
     listener.close()
+
+
+def test_a_free_on_another_connection_counts_pod_wide(server: FairShareServer) -> None:
+    """Gemini's hook library sends every request on a new connection: an allocation and its
+    free arrive on different connections, and the pod's sum must follow both."""
+    MiB = 2**20
+    a = pod("a", mem=GiB)
+    server.ensure(a)
+    c1, c2, c3 = relay(server, a), relay(server, a), relay(server, a)
+    assert c1.mem_update(700 * MiB, True)
+    assert c2.mem_update(700 * MiB, False)
+    assert c3.mem_limit() == (0, GiB)
+    assert c3.mem_update(700 * MiB, True)  # refused before: the free was lost
+    assert not c3.mem_update(400 * MiB, True)
+    for c in (c1, c3, c2):  # the processes end (the free's last): all given back
+        c.close()
+    with relay(server, a) as c4:
+        for _ in range(100):
+            if c4.mem_limit()[0] == 0:
+                break
+            time.sleep(0.05)
+        assert c4.mem_limit() == (0, GiB)
+
+
+def test_a_free_of_more_than_the_pod_holds_leaves_zero(server: FairShareServer) -> None:
+    a = pod("a", mem=GiB)
+    server.ensure(a)
+    with relay(server, a) as c1, relay(server, a) as c2:
+        assert c1.mem_update(GiB // 2, True)
+        assert c2.mem_update(GiB, False)
+        assert c1.mem_limit() == (0, GiB)
+        assert c1.mem_update(GiB, True)
+
+
+def test_a_pod_with_an_impossible_share_is_left_out_and_the_others_served(
+    server: FairShareServer,
+) -> None:
+    bad = FairSharePod("bad", "ns", "bad", FairShareSpec(0, -0.5, 1.0, GiB))
+    server.sync_pods([pod("a"), bad])  # raised before, with "a" never given its share
+    assert server.endpoint("a") is not None and server.endpoint("bad") is None
+    with pytest.raises(ValueError, match="request"):
+        server.ensure(bad)  # the runtime hook fails that container closed
+    server.ensure(pod("b"))
+    with relay(server, pod("b")) as c:
+        assert c.quota() == 50.0
+
+
+def test_a_limit_below_the_request_is_kept(server: FairShareServer) -> None:
+    """Gemini's rule (issue 25.5): request 0.5 with limit 0.2 is capped at 0.2."""
+    server.ensure(pod("a", request=0.5, limit=0.2))
+    (stats,) = server.stats()
+    assert (stats.share, stats.limit) == (0.5, 0.2)

@@ -197,12 +197,28 @@ def test_unknown_and_removed_clients() -> None:
     assert s.poll() is None and s.waiting() == []
 
 
-@pytest.mark.parametrize(
-    ("request_", "limit"), [(0.5, 0.4), (-0.1, 1.0), (0.1, 0.0), (0.1, 1.5)], ids=str
-)
+@pytest.mark.parametrize(("request_", "limit"), [(-0.1, 1.0), (0.1, 0.0), (0.1, 1.5)], ids=str)
 def test_bad_shares_rejected(request_: float, limit: float) -> None:
     with pytest.raises(ValueError):
         ClientShare(request_, limit)
+
+
+def test_a_limit_below_the_request_caps_the_client() -> None:
+    """Gemini's rule (issue 25.5): the limit is the cap whatever the request; the request only
+    orders the waiting clients. Request 0.5, limit 0.2: 0.2 of the card, not 0.5."""
+    s, clock = _sched({"a": (0.5, 0.2)}, window_ms=10_000, base_quota_ms=250, min_quota_ms=100)
+    ticket = 0
+    while clock.now < 30_000:  # a greedy client, three windows
+        ticket += 1
+        assert s.submit("a", ticket, 0.0, 250.0)
+        g = s.poll()
+        if g is None:
+            deadline = s.next_deadline()
+            assert deadline is not None and deadline > clock.now
+            clock.now = deadline
+            continue
+        clock.now += g.quota_ms
+    assert s.usage_ms("a") <= 0.2 * 10_000 + 250.0
 
 
 # --- state machine: greedy clients that always come back at quota end ----------------------
