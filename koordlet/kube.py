@@ -61,17 +61,29 @@ def _str_map(v: object) -> dict[str, str]:
     return {str(k): str(val) for k, val in v.items() if val is not None}
 
 
+def _container_gpu_mem(c: Mapping[str, Any]) -> int:
+    raw = ((c.get("resources") or {}).get("limits") or {}).get(RESOURCE_GPU_MEM)
+    try:
+        return int(str(raw)) if raw is not None else 0
+    except ValueError:
+        return 0
+
+
 def _gpu_mem_units(pod: Mapping[str, Any]) -> int:
     """The pod's ``aliyun.com/gpu-mem`` limits summed over its containers (gpushare reads
     limits only, of the app containers only)."""
-    total = 0
-    for c in (pod.get("spec") or {}).get("containers") or []:
-        raw = ((c.get("resources") or {}).get("limits") or {}).get(RESOURCE_GPU_MEM)
-        try:
-            total += int(str(raw)) if raw is not None else 0
-        except ValueError:
-            continue
-    return total
+    return sum(_container_gpu_mem(c) for c in (pod.get("spec") or {}).get("containers") or [])
+
+
+def _gpu_mem_containers(pod: Mapping[str, Any]) -> tuple[int, ...]:
+    """The ``aliyun.com/gpu-mem`` limit of every container that has one, in the order the
+    kubelet calls Allocate (init containers, then app containers; one call each)."""
+    spec = pod.get("spec") or {}
+    units = (
+        _container_gpu_mem(c)
+        for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    )
+    return tuple(n for n in units if n > 0)
 
 
 def _q(name: str) -> str:
@@ -261,6 +273,7 @@ class KubeNodeAPI:
                     units=_gpu_mem_units(pod),
                     annotations=annotations,
                     resource_version=str(meta.get("resourceVersion") or ""),
+                    containers=_gpu_mem_containers(pod),
                 )
             )
         return out
