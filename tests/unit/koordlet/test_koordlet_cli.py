@@ -21,6 +21,7 @@ import pytest
 import structlog
 import yaml
 
+from apis.checkpoint import kubelet_checkpoint_json
 from apis.device import Device
 from koordlet.cli import main, parse_duration
 from runtimehooks.api import api_pb2, api_pb2_grpc
@@ -88,21 +89,18 @@ def test_report_once_with_a_checkpoint(tmp_path: Path) -> None:
     plugins.mkdir()
     gpu = "GPU-a3b5c7d9-2e4f-4a6b-8c0d-1f3e5a7b9c03"
     (plugins / "kubelet_internal_checkpoint").write_text(
-        json.dumps(
+        kubelet_checkpoint_json(
             {
-                "Data": {
-                    "PodDeviceEntries": [
-                        {
-                            "PodUID": "legacy",
-                            "ContainerName": "c",
-                            "ResourceName": "nvidia.com/gpu",
-                            "DeviceIDs": {"1": [gpu]},
-                            "AllocResp": "",
-                        }
-                    ],
-                    "RegisteredDevices": {"nvidia.com/gpu": [gpu]},
-                },
-                "Checksum": 42,
+                "PodDeviceEntries": [
+                    {
+                        "PodUID": "legacy",
+                        "ContainerName": "c",
+                        "ResourceName": "nvidia.com/gpu",
+                        "DeviceIDs": {"1": [gpu]},
+                        "AllocResp": "",
+                    }
+                ],
+                "RegisteredDevices": {"nvidia.com/gpu": [gpu]},
             }
         )
     )
