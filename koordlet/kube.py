@@ -30,6 +30,7 @@ from yaml import YAMLError
 
 from apis.allocation import ANNOTATION_DEVICE_ALLOCATED
 from apis.device import API_VERSION, KIND, PLURAL, Device, DeviceDecodeError
+from apis.gpushare import GPUShareDecodeError, placement_of
 from koordlet.deviceplugin.gpushare import (
     ANNOTATION_ASSIGNED,
     RESOURCE_GPU_MEM,
@@ -84,6 +85,14 @@ def _gpu_mem_containers(pod: Mapping[str, Any]) -> tuple[int, ...]:
         for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
     )
     return tuple(n for n in units if n > 0)
+
+
+def _gpushare_placed(annotations: Mapping[str, str]) -> bool:
+    """A pod gpushare's extender (or ours) placed: the scheduler accounts its card memory."""
+    try:
+        return placement_of(annotations) is not None
+    except GPUShareDecodeError:
+        return False
 
 
 def _q(name: str) -> str:
@@ -207,7 +216,8 @@ class KubeNodeAPI:
             if not uid or phase in _TERMINAL_PHASES:
                 continue
             uids.add(uid)
-            if ANNOTATION_DEVICE_ALLOCATED in (meta.get("annotations") or {}):
+            annotations = _str_map(meta.get("annotations"))
+            if ANNOTATION_DEVICE_ALLOCATED in annotations or _gpushare_placed(annotations):
                 allocated.add(uid)
             records[uid] = decode_pod_record(pod)
         return NodePods(uids=frozenset(uids), allocated=frozenset(allocated), records=records)
