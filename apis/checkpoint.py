@@ -10,7 +10,12 @@ Invariants:
 - Both checkpoint shapes parse: ``DeviceIDs`` as a NUMA-keyed map (kubelet >= 1.20; keys are
   int64 strings, ``"-1"`` = no topology) and as a plain list (kubelet <= 1.19).  A device
   listed under several NUMA nodes appears once, at its first position in document order.
-- The checksum is Go-specific and treated as opaque (kept, never verified).
+- The checksum is verified as the kubelet verifies it (``checkpointmanager/checksum``: FNV-32a
+  over ``hashutil.DeepHashObject`` of ``Data``, i.e. go-spew's ``%#v`` with sorted map keys and
+  methods disabled), for both shapes: ``kubelet_checksum_ok`` is true when ``Checksum``
+  matches the data in the shape the file uses (NUMA-keyed: the 1.20+ types; a plain list: the
+  1.19 types). The rendering is ``spew_checkpoint_data``; its format was taken from Kubernetes
+  v1.20.2's own types and vendored go-spew (golden files in ``tests/unit/apis/fixtures``).
 - Corrupt, truncated or mistyped input raises ``CheckpointError`` naming the field.
 - ``encode_devices_checkpoints`` is deterministic: entries sorted by (podUID, containerName,
   resourceName, then deviceIDs to break ties), fields in the order podUID, containerName,
@@ -20,6 +25,9 @@ Invariants:
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -44,7 +52,11 @@ __all__ = [
     "PodDeviceEntry",
     "decode_devices_checkpoints",
     "encode_devices_checkpoints",
+    "fnv32a",
+    "kubelet_checkpoint_json",
+    "kubelet_checksum",
     "parse_kubelet_checkpoint",
+    "spew_checkpoint_data",
 ]
 
 _NUMA_KEY: Final = re.compile(r"[+-]?[0-9]{1,19}")
@@ -79,6 +91,10 @@ class KubeletCheckpoint:
     entries: tuple[PodDeviceEntry, ...] = ()
     registered_devices: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     checksum: int | None = None
+    checksum_ok: bool = field(default=True, compare=False)
+    """``checksum`` is the kubelet's checksum of the data (a file without one is not ok)."""
+    expected_checksum: int | None = field(default=None, compare=False)
+    """What the data hashes to, in the file's shape (None: the shape cannot be hashed)."""
 
 
 def _strings(v: object, path: str) -> list[str]:
@@ -111,6 +127,146 @@ def _entry(v: object, path: str) -> PodDeviceEntry:
     )
 
 
+def fnv32a(data: bytes) -> int:
+    """Go's ``hash/fnv`` New32a sum."""
+    h = 0x811C9DC5
+    for b in data:
+        h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
+    return h
+
+
+_NUMA_FORM: Final = "numa"
+_LIST_FORM: Final = "list"
+
+
+def _spew_strings(v: object) -> str:
+    # []string: nil -> <nil>; elements raw (spew writes strings unquoted), space separated
+    if v is None:
+        return "<nil>"
+    return "[" + " ".join(read_string(x, "") for x in read_list(v, "")) + "]"
+
+
+def _spew_bytes(v: object, path: str) -> str:
+    # []byte from JSON: null -> nil; a base64 string (Go's StdEncoding, \r and \n ignored)
+    if v is None:
+        return "<nil>"
+    raw = read_string(v, path)
+    try:
+        decoded = base64.b64decode(raw.replace("\r", "").replace("\n", ""), validate=True)
+    except (binascii.Error, ValueError):
+        raise GoJSONError(path, "not base64") from None
+    return "[" + " ".join(str(b) for b in decoded) + "]"
+
+
+def _spew_device_ids(v: object, form: str, path: str) -> str:
+    if form == _LIST_FORM:
+        if isinstance(v, JSONObject):
+            raise GoJSONError(path, "a NUMA-keyed map in a list-shaped checkpoint")
+        return "([]string)" + _spew_strings(v)
+    if v is None:
+        return "(checkpoint.DevicesPerNUMA)<nil>"
+    if not isinstance(v, JSONObject):
+        raise GoJSONError(path, "a list in a NUMA-keyed checkpoint")
+    numa: dict[int, object] = {}
+    for key, ids in v.pairs:  # Go parses each key as int64; a later duplicate wins
+        if not _NUMA_KEY.fullmatch(key):
+            raise GoJSONError(path, f"NUMA node key {key!r} is not an int64")
+        numa[int(key)] = ids
+    items = " ".join(f"{k}:{_spew_strings(numa[k])}" for k in sorted(numa))
+    return f"(checkpoint.DevicesPerNUMA)map[{items}]"
+
+
+def _spew_entry(v: object, form: str, path: str) -> str:
+    obj = read_object(v, path)
+    f = (
+        obj.fields(("PodUID", "ContainerName", "ResourceName", "DeviceIDs", "AllocResp"))
+        if obj
+        else {}
+    )
+    return (
+        f"{{PodUID:(string){read_string(f.get('PodUID'), path)}"
+        f" ContainerName:(string){read_string(f.get('ContainerName'), path)}"
+        f" ResourceName:(string){read_string(f.get('ResourceName'), path)}"
+        f" DeviceIDs:{_spew_device_ids(f.get('DeviceIDs'), form, path)}"
+        f" AllocResp:([]uint8){_spew_bytes(f.get('AllocResp'), path)}}}"
+    )
+
+
+def spew_checkpoint_data(data: object, form: str = _NUMA_FORM) -> str:
+    """go-spew's ``%#v`` of the kubelet's ``checkpointData`` decoded from the JSON value of
+    ``Data`` (``form``: ``"numa"``, kubelet >= 1.20 types, or ``"list"``, kubelet <= 1.19);
+    raises ``GoJSONError`` when the value does not decode into that form."""
+    obj = read_object(data, "Data")
+    g = obj.fields(("PodDeviceEntries", "RegisteredDevices")) if obj is not None else {}
+    raw_entries = g.get("PodDeviceEntries")
+    if raw_entries is None:
+        entries = "<nil>"
+    else:
+        entries = (
+            "["
+            + " ".join(
+                _spew_entry(e, form, f"Data.PodDeviceEntries[{i}]")
+                for i, e in enumerate(read_list(raw_entries, "Data.PodDeviceEntries"))
+            )
+            + "]"
+        )
+    registered = read_object(g.get("RegisteredDevices"), "Data.RegisteredDevices")
+    if registered is None:
+        devices = "<nil>"
+    else:
+        by_name = registered.as_map()
+        devices = (
+            "map[" + " ".join(f"{k}:{_spew_strings(by_name[k])}" for k in sorted(by_name)) + "]"
+        )
+    return (
+        "(checkpoint.checkpointData){PodDeviceEntries:([]checkpoint.PodDevicesEntry)"
+        f"{entries} RegisteredDevices:(map[string][]string){devices}}}"
+    )
+
+
+def _form_of(data: object) -> tuple[str, ...]:
+    """The shapes the file's ``Data`` may have been written in (both when nothing says)."""
+    obj = read_object(data, "Data")
+    g = obj.fields(("PodDeviceEntries",)) if obj is not None else {}
+    for e in read_list(g.get("PodDeviceEntries"), "Data.PodDeviceEntries"):
+        entry = read_object(e, "Data.PodDeviceEntries[]")
+        ids = entry.fields(("DeviceIDs",)).get("DeviceIDs") if entry is not None else None
+        if isinstance(ids, JSONObject):
+            return (_NUMA_FORM,)
+        if isinstance(ids, list):
+            return (_LIST_FORM,)
+    return (_NUMA_FORM, _LIST_FORM)
+
+
+def kubelet_checksum(data: object, form: str | None = None) -> int:
+    """The kubelet's checksum of a checkpoint's ``Data`` (its decoded JSON value), in
+    ``form`` (default: the shape the data has; NUMA-keyed when nothing says)."""
+    text = spew_checkpoint_data(data, form or _form_of(data)[0])
+    return fnv32a(text.encode("utf-8", errors="surrogateescape"))
+
+
+def kubelet_checkpoint_json(data: Any) -> str:
+    """A checkpoint file for ``data`` (the ``Data`` value as plain JSON types) with the
+    kubelet's checksum, as the kubelet writes it (for tests and fake nodes)."""
+    text = json.dumps(data)
+    checksum = kubelet_checksum(go_json_loads(text))
+    return f'{{"Data":{text},"Checksum":{checksum}}}'
+
+
+def _checksum_verdict(data: object, checksum: int | None) -> tuple[bool, int | None]:
+    expected: int | None = None
+    for form in _form_of(data):
+        try:
+            got = kubelet_checksum(data, form)
+        except GoJSONError:
+            continue
+        if expected is None:
+            expected = got
+        if checksum is not None and got == checksum:
+            return True, got
+    return False, expected
+
+
 def parse_kubelet_checkpoint(data: str | bytes) -> KubeletCheckpoint:
     """Decode the kubelet's ``kubelet_internal_checkpoint``; raises ``CheckpointError``."""
     text = data.decode("utf-8", errors="replace") if isinstance(data, bytes) else data
@@ -128,7 +284,10 @@ def parse_kubelet_checkpoint(data: str | bytes) -> KubeletCheckpoint:
         checksum = read_int(f.get("Checksum"), "Checksum", bits=65)
         if checksum is not None and checksum < 0:
             raise GoJSONError("Checksum", f"expected an unsigned integer, got {checksum}")
+        ok, expected = _checksum_verdict(f.get("Data"), checksum)
         return KubeletCheckpoint(
+            checksum_ok=ok,
+            expected_checksum=expected,
             entries=tuple(
                 _entry(e, f"Data.PodDeviceEntries[{i}]") for i, e in enumerate(raw_entries)
             ),

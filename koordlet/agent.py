@@ -43,7 +43,14 @@ from koordlet.events import EventAPI, EventRecorder
 from koordlet.kubeletdevices import HotDevices
 from koordlet.metrics import GPUCollector, KoordletMetrics, MetricsServer
 from koordlet.pods import PodCache, PodGetter
-from koordlet.reporter import Inventory, NodePods, desired_device, rfc3339
+from koordlet.reporter import (
+    DEFAULT_GPU_RESOURCES,
+    GPUResourceNames,
+    Inventory,
+    NodePods,
+    desired_device,
+    rfc3339,
+)
 from koordlet.sync import DeviceSyncer, NodeAPI
 
 __all__ = ["Agent", "NodeInventory", "Service", "report_once"]
@@ -106,6 +113,7 @@ def report_once(
     library: DeviceLibrary,
     kubelet_root: str | os.PathLike[str] = DEFAULT_KUBELET_ROOT,
     clock: Callable[[], datetime] = _utcnow,
+    gpu_resources: GPUResourceNames = DEFAULT_GPU_RESOURCES,
 ) -> Device:
     """The Device CR the agent would write now (no API server: every GPU entry is kept)."""
     inventory = NodeInventory(library)
@@ -117,7 +125,9 @@ def report_once(
     entries = normalize_entries(
         CheckpointReader(kubelet_root).read(), inventory.gpus, library.mig_parent
     )
-    return desired_device(node_name, snapshot, entries, None, now=rfc3339(clock()))
+    return desired_device(
+        node_name, snapshot, entries, None, now=rfc3339(clock()), gpu_resources=gpu_resources
+    )
 
 
 class Agent:
@@ -138,6 +148,7 @@ class Agent:
         pod_getter: PodGetter | None = None,
         event_api: EventAPI | None = None,
         watch_checkpoint: bool = True,
+        gpu_resources: GPUResourceNames = DEFAULT_GPU_RESOURCES,
     ) -> None:
         self.node_name = node_name
         self.sync_interval_s = sync_interval_s
@@ -154,6 +165,7 @@ class Agent:
             clock=clock,
             observer=self.metrics,
             on_pods=self._pods_listed,
+            gpu_resources=gpu_resources,
         )
         self.hot_devices = HotDevices(on_change=self.syncer.trigger)
         self.checkpoint_watcher = (

@@ -7,7 +7,9 @@ entries, robust to the file's normal absence and to the kubelet rewriting it und
 Invariants:
 
 - A missing file is normal (no device plugin ever ran, or a fresh node): no entries, no error.
-- A corrupt, truncated, empty (zero bytes) or unreadable file is logged, counted through
+- A corrupt, truncated, empty (zero bytes) or unreadable file, and a file whose ``Checksum``
+  is not the kubelet's checksum of its data (the kubelet refuses such a file too:
+  ``checksum.Verify`` -> ``ErrCorruptCheckpoint``), is logged, counted through
   ``on_error``, and the entries of the last good read are returned instead (the kubelet writes
   the file atomically, so a bad read is transient; forgetting entries would let the scheduler
   double-allocate the cards they hold).
@@ -73,6 +75,11 @@ class CheckpointReader:
                 parsed = parse_kubelet_checkpoint(data)
             except CheckpointError as exc:
                 return self._failed(str(exc))
+            if not parsed.checksum_ok:
+                return self._failed(
+                    f"checksum mismatch: the file says {parsed.checksum}, its data hashes to "
+                    f"{parsed.expected_checksum} (the kubelet refuses this file too)"
+                )
             self._last_good = parsed.entries
             return parsed.entries
 

@@ -56,6 +56,7 @@ from koordlet.hookserver import (
     hook_service,
 )
 from koordlet.metrics import DEFAULT_METRICS_PORT, FairShareMetrics, parse_bind_address
+from koordlet.reporter import DEFAULT_GPU_RESOURCE_NAMES, GPUResourceNames
 
 PROG = "koordlet"
 DEFAULT_FAIRSHARE_STATE = "/var/run/koordlet/fairshare.json"
@@ -144,7 +145,12 @@ def _node_name(args: argparse.Namespace, required: bool) -> str:
 def cmd_report(args: argparse.Namespace) -> int:
     if not args.once:
         raise UserError("report prints one report and exits: pass --once")
-    device = report_once(_node_name(args, False), _library(args), args.kubelet_root)
+    device = report_once(
+        _node_name(args, False),
+        _library(args),
+        args.kubelet_root,
+        gpu_resources=_gpu_resources(args),
+    )
     doc = device.to_dict()
     if args.output == "json":
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
@@ -153,8 +159,16 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _gpu_resources(args: argparse.Namespace) -> GPUResourceNames:
+    try:
+        return GPUResourceNames.parse(args.gpu_resource_names)
+    except ValueError as exc:
+        raise UserError(f"--gpu-resource-names: {exc}") from None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     node_name = _node_name(args, True)
+    gpu_resources = _gpu_resources(args)
     try:
         interval = parse_duration(args.sync_interval)
         address = parse_bind_address(args.metrics_bind_address)
@@ -188,6 +202,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         metrics_address=address,
         pod_getter=api,
         event_api=api,
+        gpu_resources=gpu_resources,
     )
     fairshare = _fairshare(args, node_name, api, registry, agent_ref, interval)
     if fairshare is not None:
@@ -379,6 +394,13 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--log-format", choices=("json", "console"), default="json", help="log format on stderr"
+    )
+    p.add_argument(
+        "--gpu-resource-names",
+        metavar="LIST",
+        default=",".join(DEFAULT_GPU_RESOURCE_NAMES),
+        help="comma list of the device-plugin resources whose devices are GPUs, published "
+        "from the kubelet checkpoint (* is a wildcard; default: %(default)s)",
     )
 
 

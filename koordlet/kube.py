@@ -30,6 +30,7 @@ from yaml import YAMLError
 
 from apis.allocation import ANNOTATION_DEVICE_ALLOCATED
 from apis.device import API_VERSION, KIND, PLURAL, Device, DeviceDecodeError
+from apis.gpushare import GPUShareDecodeError, placement_of
 from koordlet.deviceplugin.gpushare import (
     ANNOTATION_ASSIGNED,
     RESOURCE_GPU_MEM,
@@ -61,17 +62,37 @@ def _str_map(v: object) -> dict[str, str]:
     return {str(k): str(val) for k, val in v.items() if val is not None}
 
 
+def _container_gpu_mem(c: Mapping[str, Any]) -> int:
+    raw = ((c.get("resources") or {}).get("limits") or {}).get(RESOURCE_GPU_MEM)
+    try:
+        return int(str(raw)) if raw is not None else 0
+    except ValueError:
+        return 0
+
+
 def _gpu_mem_units(pod: Mapping[str, Any]) -> int:
     """The pod's ``aliyun.com/gpu-mem`` limits summed over its containers (gpushare reads
     limits only, of the app containers only)."""
-    total = 0
-    for c in (pod.get("spec") or {}).get("containers") or []:
-        raw = ((c.get("resources") or {}).get("limits") or {}).get(RESOURCE_GPU_MEM)
-        try:
-            total += int(str(raw)) if raw is not None else 0
-        except ValueError:
-            continue
-    return total
+    return sum(_container_gpu_mem(c) for c in (pod.get("spec") or {}).get("containers") or [])
+
+
+def _gpu_mem_containers(pod: Mapping[str, Any]) -> tuple[int, ...]:
+    """The ``aliyun.com/gpu-mem`` limit of every container that has one, in the order the
+    kubelet calls Allocate (init containers, then app containers; one call each)."""
+    spec = pod.get("spec") or {}
+    units = (
+        _container_gpu_mem(c)
+        for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    )
+    return tuple(n for n in units if n > 0)
+
+
+def _gpushare_placed(annotations: Mapping[str, str]) -> bool:
+    """A pod gpushare's extender (or ours) placed: the scheduler accounts its card memory."""
+    try:
+        return placement_of(annotations) is not None
+    except GPUShareDecodeError:
+        return False
 
 
 def _q(name: str) -> str:
@@ -195,7 +216,8 @@ class KubeNodeAPI:
             if not uid or phase in _TERMINAL_PHASES:
                 continue
             uids.add(uid)
-            if ANNOTATION_DEVICE_ALLOCATED in (meta.get("annotations") or {}):
+            annotations = _str_map(meta.get("annotations"))
+            if ANNOTATION_DEVICE_ALLOCATED in annotations or _gpushare_placed(annotations):
                 allocated.add(uid)
             records[uid] = decode_pod_record(pod)
         return NodePods(uids=frozenset(uids), allocated=frozenset(allocated), records=records)
@@ -261,6 +283,7 @@ class KubeNodeAPI:
                     units=_gpu_mem_units(pod),
                     annotations=annotations,
                     resource_version=str(meta.get("resourceVersion") or ""),
+                    containers=_gpu_mem_containers(pod),
                 )
             )
         return out

@@ -14,10 +14,12 @@ Invariants (Koordinator's ``koordlet/statesinformer/impl/states_device_linux.go`
   status stays the same, and is ``now`` otherwise.
 - Labels ``gpu-vendor`` (``nvidia``), ``gpu-model`` (only when every card has the same model)
   and ``gpu-driver-version`` are set when the node has GPUs.
-- The ``devices-checkpoints`` annotation lists the checkpoint entries of GPU resources of pods
-  without a ``device-allocated`` annotation; when the node's pods are known, entries of pods
-  that are gone are dropped; when they are not known (``pods=None``), every GPU entry is kept.
-  No entries, no annotation.
+- The ``devices-checkpoints`` annotation lists the checkpoint entries of GPU resources
+  (``GPUResourceNames``: every resource the node's GPU device plugins serve, configurable) of
+  pods the scheduler does not account otherwise (``NodePods.allocated``: a
+  ``device-allocated`` annotation, or gpushare's ``ALIYUN_COM_GPU_MEM_IDX``/``_POD``); when
+  the node's pods are known, entries of pods that are gone are dropped; when they are not
+  known (``pods=None``), every GPU entry is kept. No entries, no annotation.
 - The ``scheduling.koordinator.sh/gpu-topology`` annotation (``apis.topology``) carries the
   discovered GPU interconnect, encoded deterministically so an unchanged topology never
   causes a write; no known pair, no annotation.
@@ -39,6 +41,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from fnmatch import fnmatchcase
 from typing import Any, Final
 
 from apis.checkpoint import PodDeviceEntry, encode_devices_checkpoints
@@ -73,10 +76,13 @@ from koordlet.partitions import derive_partitions
 from koordlet.pods import PodRecord
 
 __all__ = [
+    "DEFAULT_GPU_RESOURCES",
+    "DEFAULT_GPU_RESOURCE_NAMES",
     "GPU_CHECKPOINT_RESOURCES",
     "MANAGED_NODE_RESOURCES",
     "OWNED_ANNOTATIONS",
     "OWNED_LABELS",
+    "GPUResourceNames",
     "Inventory",
     "NodePods",
     "desired_device",
@@ -92,7 +98,39 @@ __all__ = [
 ]
 
 GPU_CHECKPOINT_RESOURCES: Final = frozenset(DEVICE_RESOURCE_NAMES[DEVICE_GPU])
-"""Checkpoint resource names whose devices are GPUs (``nvidia.com/gpu`` and ours)."""
+"""Koordinator's GPU resource names (``nvidia.com/gpu`` and ours)."""
+
+DEFAULT_GPU_RESOURCE_NAMES: Final[tuple[str, ...]] = (
+    *DEVICE_RESOURCE_NAMES[DEVICE_GPU],
+    "nvidia.com/gpu.shared",
+    "nvidia.com/mig-*",
+    "aliyun.com/gpu-mem",
+)
+"""The device-plugin resources whose devices are GPUs, by default: ours and ``nvidia.com/gpu``,
+NVIDIA time-slicing with renamed resources (``nvidia.com/gpu.shared``), the MIG mixed strategy
+(``nvidia.com/mig-<profile>``) and gpushare's plugin (``aliyun.com/gpu-mem``). ``*`` is a
+wildcard (``fnmatch``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GPUResourceNames:
+    """Which checkpoint resource names hold GPUs (exact names or ``fnmatch`` patterns)."""
+
+    patterns: tuple[str, ...] = DEFAULT_GPU_RESOURCE_NAMES
+
+    @classmethod
+    def parse(cls, text: str) -> GPUResourceNames:
+        """A comma list; raises ``ValueError`` when it names nothing."""
+        names = tuple(n.strip() for n in text.split(",") if n.strip())
+        if not names:
+            raise ValueError("no GPU resource name given")
+        return cls(names)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and any(fnmatchcase(name, p) for p in self.patterns)
+
+
+DEFAULT_GPU_RESOURCES: Final = GPUResourceNames()
 
 _TYPE_RESOURCES: Final[Mapping[str, tuple[str, ...]]] = {
     DEVICE_GPU: (GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO),
@@ -127,7 +165,9 @@ class Inventory:
 
 @dataclass(frozen=True, slots=True)
 class NodePods:
-    """The pods bound to the node: every uid, and those with a ``device-allocated`` annotation.
+    """The pods bound to the node: every uid, and those the scheduler accounts from their own
+    annotations (``device-allocated``, or a gpushare placement ``ALIYUN_COM_GPU_MEM_IDX``/``_POD``,
+    which it counts as that memory on that card: publishing them would count the whole card).
 
     ``records`` (uid -> ``PodRecord``) feeds the runtime hook's pod cache.
     """
@@ -194,12 +234,14 @@ def device_labels(inventory: Inventory) -> dict[str, str]:
 
 
 def published_entries(
-    entries: Iterable[PodDeviceEntry], pods: NodePods | None
+    entries: Iterable[PodDeviceEntry],
+    pods: NodePods | None,
+    gpu_resources: GPUResourceNames = DEFAULT_GPU_RESOURCES,
 ) -> list[PodDeviceEntry]:
     """The checkpoint entries the Device CR publishes (see the module docstring)."""
     out = []
     for e in entries:
-        if e.resource_name not in GPU_CHECKPOINT_RESOURCES or not e.device_ids:
+        if e.resource_name not in gpu_resources or not e.device_ids:
             continue
         if pods is not None and (e.pod_uid not in pods.uids or e.pod_uid in pods.allocated):
             continue
@@ -232,6 +274,7 @@ def desired_device(
     previous: Device | None = None,
     now: str = "",
     node_uid: str = "",
+    gpu_resources: GPUResourceNames = DEFAULT_GPU_RESOURCES,
 ) -> Device:
     """The Device CR the node should have; ``previous`` keeps condition transition times."""
     old = {d.id: d for d in previous.devices} if previous is not None else {}
@@ -242,7 +285,7 @@ def desired_device(
         ),
         key=_device_sort_key,
     )
-    published = published_entries(entries, pods)
+    published = published_entries(entries, pods, gpu_resources)
     annotations = (
         {ANNOTATION_DEVICES_CHECKPOINTS: encode_devices_checkpoints(published)} if published else {}
     )

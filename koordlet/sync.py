@@ -33,6 +33,8 @@ import structlog
 from apis.checkpoint import PodDeviceEntry
 from apis.device import Device
 from koordlet.reporter import (
+    DEFAULT_GPU_RESOURCES,
+    GPUResourceNames,
     Inventory,
     NodePods,
     desired_device,
@@ -150,8 +152,10 @@ class DeviceSyncer:
         max_conflict_retries: int = 5,
         on_pods: Callable[[NodePods, float], None] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        gpu_resources: GPUResourceNames = DEFAULT_GPU_RESOURCES,
     ) -> None:
         self._api = api
+        self._gpu_resources = gpu_resources
         self._node_name = node_name
         self._inventory = inventory
         self._checkpoint_entries = checkpoint_entries
@@ -228,6 +232,7 @@ class DeviceSyncer:
                 previous=current,
                 now=rfc3339(self._clock()),
                 node_uid=node.uid,
+                gpu_resources=self._gpu_resources,
             )
             try:
                 if current is None:

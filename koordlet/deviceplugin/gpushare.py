@@ -6,10 +6,15 @@ Role: what koordlet's ``aliyun.com/gpu-mem`` device plugin decides, without any 
   exactly when its card is, with the card's NUMA node as topology. Cards are taken one by one
   with their own size (gpushare assumed identical cards and advertised ``total / count``).
 - ``choose_pod``: gpushare's protocol to find whose container the kubelet is allocating for —
-  the kubelet only says how many units each container gets. Among the node's pods that are
-  still pending, carry ``ALIYUN_COM_GPU_MEM_ASSIGNED=false`` and request exactly that many
-  units in total, the oldest ``ALIYUN_COM_GPU_MEM_ASSUME_TIME`` wins (then namespace/name, so
-  the choice is deterministic).
+  the kubelet only says how many units each container gets, and it calls Allocate **once per
+  container** (init containers first, then the app containers). Among the node's pods that are
+  still pending and carry ``ALIYUN_COM_GPU_MEM_ASSIGNED=false``, a candidate is a pod with a
+  container not served yet that asks for exactly that many units (several container requests
+  in one call: the pod must have a container left for each). A pod already partly served comes
+  first (the kubelet admits one pod at a time, so the next calls are for its other
+  containers), then the oldest ``ALIYUN_COM_GPU_MEM_ASSUME_TIME`` (then namespace/name, so the
+  choice is deterministic). The caller keeps which containers were served
+  (``served``: units per pod UID) and marks the pod assigned once every one was.
 - ``allocate_envs``: the env of each container of that pod (``NVIDIA_VISIBLE_DEVICES``, the
   card index; ``ALIYUN_COM_GPU_MEM_IDX``/``_POD``/``_CONTAINER``/``_DEV``) and
   ``assigned_annotations``, the patch that marks the pod as served.
@@ -25,6 +30,7 @@ corrects that.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -67,6 +73,7 @@ __all__ = [
     "card_of_device",
     "choose_pod",
     "fake_devices",
+    "remaining",
 ]
 
 DEVICE_ID_SEPARATOR: Final = "-_-"
@@ -133,6 +140,15 @@ class PendingPod:
     """Total ``aliyun.com/gpu-mem`` limits of the pod's containers."""
     annotations: Mapping[str, str] = field(default_factory=dict)
     resource_version: str = ""
+    containers: tuple[int, ...] = ()
+    """The ``aliyun.com/gpu-mem`` limit of each container that has one, in the kubelet's
+    allocation order (init containers, then app containers); empty means one container of
+    ``units``."""
+
+    @property
+    def slots(self) -> Counter[int]:
+        """The units of each container the kubelet will call Allocate for."""
+        return Counter(self.containers or ((self.units,) if self.units > 0 else ()))
 
     @property
     def key(self) -> str:
@@ -146,22 +162,38 @@ class PendingPod:
             return 0
 
 
-def choose_pod(pods: Iterable[PendingPod], units: int, unit: MemoryUnit) -> PendingPod:
-    """The pod an Allocate of ``units`` in total is for; see the module."""
+def remaining(pod: PendingPod, served: Mapping[str, Counter[int]]) -> Counter[int]:
+    """The units of the pod's containers not served yet."""
+    left = pod.slots
+    left.subtract(served.get(pod.uid, Counter()))
+    return +left
+
+
+def choose_pod(
+    pods: Iterable[PendingPod],
+    container_units: Sequence[int],
+    unit: MemoryUnit,
+    served: Mapping[str, Counter[int]] | None = None,
+) -> PendingPod:
+    """The pod an Allocate of ``container_units`` (one entry per container) is for; see the
+    module."""
+    served = served or {}
+    need = Counter(container_units)
     waiting = [
         p
         for p in pods
         if p.annotations.get(ANNOTATION_ASSIGNED) == "false" and ANNOTATION_IDX in p.annotations
     ]
-    matching = [p for p in waiting if p.units == units]
+    matching = [p for p in waiting if need <= remaining(p, served)]
     if not matching:
-        sizes = sorted({p.units for p in waiting})
-        seen = f"; waiting pods ask for {', '.join(map(str, sizes))}" if sizes else ""
+        sizes = sorted({n for p in waiting for n in remaining(p, served)})
+        seen = f"; waiting containers ask for {', '.join(map(str, sizes))}" if sizes else ""
+        asked = " + ".join(map(str, container_units))
         raise AllocateError(
-            f"no pending pod on this node asks for {units} {unit.name} of {RESOURCE_GPU_MEM} "
-            f"with {ANNOTATION_ASSIGNED}=false{seen}"
+            f"no pending pod on this node has a container left that asks for {asked} "
+            f"{unit.name} of {RESOURCE_GPU_MEM} with {ANNOTATION_ASSIGNED}=false{seen}"
         )
-    return min(matching, key=lambda p: (p.assume_time, p.namespace, p.name))
+    return min(matching, key=lambda p: (p.uid not in served, p.assume_time, p.namespace, p.name))
 
 
 def _card_for(pod: PendingPod, cards: Sequence[Card], unit: MemoryUnit) -> Card:

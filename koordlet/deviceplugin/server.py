@@ -15,10 +15,12 @@ Invariants:
 - The kubelet removes every socket in its directory when it restarts: a watcher notices a new
   ``kubelet.sock`` (or our socket gone), serves again on a fresh socket and registers again;
   a failed registration is retried with backoff, never given up.
-- Allocate calls are serialised (two pods must not be matched to the same allocation); a pod
-  is marked assigned with its resourceVersion as a precondition, and a conflict re-reads the
-  pods once. Any failure is an error answer with one clear line, never some card (fail
-  closed: the kubelet then fails the container).
+- Allocate calls are serialised (two pods must not be matched to the same allocation). The
+  kubelet calls Allocate once per container: the plugin remembers which containers of a pod
+  it served (in memory, per pod UID) and marks the pod assigned, with its resourceVersion as
+  a precondition, when the last one is served; a conflict re-reads the pods once. Any failure
+  is an error answer with one clear line, never some card (fail closed: the kubelet then fails
+  the container).
 - ``ListAndWatch`` sends the full device list at once and again whenever a card's health or
   the set of cards changes; streams end when the plugin stops.
 """
@@ -29,6 +31,7 @@ import contextlib
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -117,6 +120,8 @@ class GPUSharePlugin(api_pb2_grpc.DevicePluginServicer):
         self._changed = threading.Condition()
         self._stopped = False
         self._allocate_lock = threading.Lock()
+        self._served: dict[str, Counter[int]] = {}
+        """Units of the containers served so far, per pod UID still ASSIGNED=false."""
 
     # -- fed by the agent --------------------------------------------------------------------
 
@@ -204,7 +209,7 @@ class GPUSharePlugin(api_pb2_grpc.DevicePluginServicer):
         total = sum(container_units)
         with self._allocate_lock:
             try:
-                pod, envs = self._match(total, container_units)
+                pod, envs = self._match(container_units)
             except AllocateError as exc:
                 self._on_allocate("error")
                 log.warning("gpushare allocate refused", units=total, reason=str(exc))
@@ -217,16 +222,25 @@ class GPUSharePlugin(api_pb2_grpc.DevicePluginServicer):
             container_responses=[api_pb2.ContainerAllocateResponse(envs=e) for e in envs]
         )
 
-    def _match(
-        self, total: int, container_units: list[int]
-    ) -> tuple[PendingPod, list[dict[str, str]]]:
+    def _match(self, container_units: list[int]) -> tuple[PendingPod, list[dict[str, str]]]:
         for attempt in (1, 2):
             try:
                 pending = self.pods.pending_gpushare_pods(self.node_name)
             except Exception as exc:  # the API is down: refuse rather than guess
                 raise AllocateError(f"cannot list the node's pods: {exc}") from None
-            pod = choose_pod(pending, total, self.unit)
+            # forget pods that are no longer waiting (served, started, deleted)
+            alive = {p.uid for p in pending}
+            for uid in [u for u in self._served if u not in alive]:
+                del self._served[uid]
+            pod = choose_pod(pending, container_units, self.unit, self._served)
             envs = allocate_envs(pod, container_units, self.cards, self.unit)
+            served = self._served.get(pod.uid, Counter()) + Counter(container_units)
+            left = pod.slots - served
+            if left:
+                # more containers of this pod to come (one Allocate per container): the pod
+                # stays ASSIGNED=false until its last one is served
+                self._served[pod.uid] = served
+                return pod, envs
             try:
                 self.pods.mark_assigned(pod, assigned_annotations(self._clock_ns()))
             except PodConflict:
@@ -235,6 +249,7 @@ class GPUSharePlugin(api_pb2_grpc.DevicePluginServicer):
                 continue
             except Exception as exc:
                 raise AllocateError(f"cannot mark pod {pod.key} assigned: {exc}") from None
+            self._served.pop(pod.uid, None)
             return pod, envs
         raise AssertionError("unreachable")  # pragma: no cover
 

@@ -34,7 +34,9 @@ from apis.topology import GPUTopology
 __all__ = [
     "GPU",
     "HEALTHY",
+    "MIG_ENABLED",
     "REASON_HEALTHY",
+    "REASON_MIG_ENABLED",
     "REASON_QUERY_FAILED",
     "DeviceLibrary",
     "DeviceQueryError",
@@ -48,6 +50,9 @@ __all__ = [
 
 REASON_HEALTHY: Final = "DeviceHealthy"
 REASON_QUERY_FAILED: Final = "DeviceQueryFailed"
+REASON_MIG_ENABLED: Final = "MIGEnabled"
+"""A card in MIG mode: split into MIG devices (served by NVIDIA's device plugin), never
+offered whole; reported unhealthy so that the scheduler gives it zero capacity."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +104,14 @@ class Health:
 
 
 HEALTHY: Final = Health(True, REASON_HEALTHY, "device is healthy")
+
+
+MIG_ENABLED: Final = Health(
+    False,
+    REASON_MIG_ENABLED,
+    "MIG mode is enabled: the card is split into MIG devices and is not scheduled as a whole "
+    "(its MIG devices are served by NVIDIA's device plugin, nvidia.com/mig-<profile>)",
+)
 
 
 def query_failed(what: str, error: object) -> Health:

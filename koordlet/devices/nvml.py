@@ -28,6 +28,14 @@ Invariants:
 - ``mig_parent``: ``nvmlDeviceGetHandleByUUID`` of the MIG device, then
   ``nvmlDeviceGetDeviceHandleFromMigDeviceHandle`` and the parent's UUID; an NVML error is
   logged and answers None.
+- MIG: ``nvmlDeviceGetMigMode`` (current mode) at discovery; a card in MIG mode is reported
+  unhealthy (``MIGEnabled``), never as a whole shareable card; ``NOT_SUPPORTED`` or
+  ``FUNCTION_NOT_FOUND`` (cards and drivers without MIG) means no MIG; any other failure
+  reports the card unhealthy (``DeviceQueryFailed``): a card that may be split is not offered.
+- Memory: ``NVML_ERROR_NOT_SUPPORTED`` from ``nvmlDeviceGetMemoryInfo`` (unified-memory parts)
+  is not a fault: the card is healthy and its memory is the node's system memory
+  (``MemTotal`` of ``/proc/meminfo``, which its allocations draw from); unhealthy only when
+  that cannot be read either. ``probe`` accepts ``NOT_SUPPORTED`` likewise.
 - Bus ids use NVML's ``busId`` (``00000000:3B:00.0``; ``busIdLegacy`` as a fallback)
   normalized to the sysfs form ``0000:3b:00.0``.
 """
@@ -58,6 +66,8 @@ from koordlet.devices.interconnect import CardLinks, build_topology
 from koordlet.devices.library import (
     GPU,
     HEALTHY,
+    MIG_ENABLED,
+    REASON_QUERY_FAILED,
     DeviceQueryError,
     Discovery,
     GPUUsage,
@@ -67,7 +77,24 @@ from koordlet.devices.library import (
     query_failed,
 )
 
-__all__ = ["NvmlLibrary"]
+__all__ = ["DEFAULT_MEMINFO", "NvmlLibrary", "system_memory"]
+
+DEFAULT_MEMINFO: Final = "/proc/meminfo"
+_NO_MIG: Final = frozenset({pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND})
+
+
+def system_memory(meminfo_path: str | os.PathLike[str] = DEFAULT_MEMINFO) -> int:
+    """``MemTotal`` of ``/proc/meminfo`` in bytes; 0 when it cannot be read."""
+    try:
+        with open(meminfo_path, encoding="ascii", errors="replace") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key == "MemTotal":
+                    value, _, unit = rest.strip().partition(" ")
+                    return int(value) * (1024 if unit.strip() == "kB" else 1)
+    except (OSError, ValueError):
+        return 0
+    return 0
 
 log = structlog.get_logger("koordlet.nvml")
 
@@ -101,8 +128,13 @@ def _error_code(exc: BaseException) -> int | None:
 class NvmlLibrary:
     """GPUs through NVML; see the module docstring for the invariants."""
 
-    def __init__(self, sysfs_root: str | os.PathLike[str] = sysfs.DEFAULT_SYSFS_ROOT) -> None:
+    def __init__(
+        self,
+        sysfs_root: str | os.PathLike[str] = sysfs.DEFAULT_SYSFS_ROOT,
+        meminfo_path: str | os.PathLike[str] = DEFAULT_MEMINFO,
+    ) -> None:
         self._sysfs_root = sysfs_root
+        self._meminfo_path = meminfo_path
         self._lock = threading.Lock()
         self._initialized = False
         self._event_set: Any = None
@@ -189,7 +221,28 @@ class NvmlLibrary:
         try:
             memory_total = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
         except pynvml.NVMLError as exc:
-            health = query_failed("nvmlDeviceGetMemoryInfo", exc)
+            if _error_code(exc) == pynvml.NVML_ERROR_NOT_SUPPORTED:
+                memory_total = system_memory(self._meminfo_path)
+                log.info(
+                    "gpu memory info not supported (unified memory): publishing system memory",
+                    uuid=uuid,
+                    memory_bytes=memory_total,
+                )
+                if not memory_total:
+                    health = query_failed(
+                        "nvmlDeviceGetMemoryInfo (not supported) and system memory", exc
+                    )
+            else:
+                health = query_failed("nvmlDeviceGetMemoryInfo", exc)
+        try:
+            current = pynvml.nvmlDeviceGetMigMode(handle)[0]
+        except pynvml.NVMLError as exc:
+            if _error_code(exc) not in _NO_MIG:
+                health = query_failed("nvmlDeviceGetMigMode", exc)
+        else:
+            if int(current) == pynvml.NVML_DEVICE_MIG_ENABLE:
+                health = MIG_ENABLED
+                log.warning("gpu in MIG mode: not offered as a whole card", uuid=uuid)
         try:
             pci = pynvml.nvmlDeviceGetPciInfo(handle)
             bus_id = sysfs.normalize_bus_id(_text(pci.busId)) or sysfs.normalize_bus_id(
@@ -197,7 +250,7 @@ class NvmlLibrary:
             )
         except pynvml.NVMLError as exc:
             health = query_failed("nvmlDeviceGetPciInfo", exc)
-        if not health.healthy:
+        if health.reason == REASON_QUERY_FAILED:
             log.error("gpu query failed: reported unhealthy", uuid=uuid, message=health.message)
         gpu = GPU(
             uuid=uuid,
@@ -320,9 +373,14 @@ class NvmlLibrary:
 
     def probe(self, gpu: GPU) -> Health:
         try:
-            pynvml.nvmlDeviceGetMemoryInfo(self._handle(gpu))
+            handle = self._handle(gpu)
         except (pynvml.NVMLError, DeviceQueryError) as exc:
             return query_failed("NVML query", exc)
+        try:
+            pynvml.nvmlDeviceGetMemoryInfo(handle)
+        except pynvml.NVMLError as exc:
+            if _error_code(exc) != pynvml.NVML_ERROR_NOT_SUPPORTED:
+                return query_failed("NVML query", exc)
         return HEALTHY
 
     def usage(self, gpu: GPU) -> GPUUsage:

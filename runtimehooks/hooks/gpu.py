@@ -27,7 +27,8 @@ Invariants:
   ``gpu`` allocation (init containers and sidecars without GPU requests, ephemeral
   containers) gets ``NVIDIA_VISIBLE_DEVICES=void``.  Under HAMi-core the per-card memory and
   compute limits are the container's share (``runtimehooks.hooks.split``), floored, at least 1.
-- Fails closed: for a pod with a ``device-allocated`` annotation the hook never raises.  An
+- Fails closed, with or without a ``PodSource``: for a pod with a ``device-allocated``
+  annotation the hook never raises.  An
   annotation it cannot read, a pod it cannot find in time, or any other failure answers the
   container with ``NVIDIA_VISIBLE_DEVICES=void``, logs one warning line naming the pod and the
   reason, and reports a ``Denial``.  (The proxy's failure policy is Ignore: an error reply
@@ -257,8 +258,9 @@ def device_plugin_ids(envs: Mapping[str, str]) -> tuple[str, ...]:
 class GPUHook:
     """The PreCreateContainer hook: ``ctx`` with the GPU environment set.
 
-    With ``pods`` the environment is per container and failures are closed (see the module
-    docstring); without it (tests, tools) it is the pod-level ``gpu_env_delta``.
+    With ``pods`` the environment is per container; without it (an embedding without the
+    agent's pod cache, tests, tools) it is the pod-level ``gpu_env_delta``. Failures are
+    closed in both wirings (see the module docstring).
     """
 
     def __init__(
@@ -275,13 +277,16 @@ class GPUHook:
         self._kubelet_devices = kubelet_devices
 
     def __call__(self, ctx: ContainerContext) -> ContainerContext:
-        if self._pods is None:
-            return ctx.with_envs(gpu_env_delta(ctx.pod_annotations, ctx.pod_labels, self.options))
         if ANNOTATION_DEVICE_ALLOCATED not in ctx.pod_annotations:
-            self._report_kubelet_devices(ctx)
+            if self._pods is not None:
+                self._report_kubelet_devices(ctx)
             return ctx
         try:
-            return ctx.with_envs(container_env_delta(ctx, self._pods, self.options))
+            if self._pods is None:  # pod-level, but closed on failure in this wiring too
+                delta = gpu_env_delta(ctx.pod_annotations, ctx.pod_labels, self.options)
+            else:
+                delta = container_env_delta(ctx, self._pods, self.options)
+            return ctx.with_envs(delta)
         except HookInputError as err:
             return self._deny(ctx, REASON_INVALID_ALLOCATION, str(err))
         except PodLookupError as err:

@@ -19,6 +19,8 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from apis.checkpoint import kubelet_checkpoint_json
+
 if TYPE_CHECKING:
     from apiserver import ApiServer
 
@@ -119,22 +121,19 @@ def _checkpoint(kubelet_root: Path, entries: list[tuple[str, str]]) -> None:
     plugins.mkdir(parents=True, exist_ok=True)
     tmp = plugins / ".tmp"
     tmp.write_text(
-        json.dumps(
+        kubelet_checkpoint_json(
             {
-                "Data": {
-                    "PodDeviceEntries": [
-                        {
-                            "PodUID": uid,
-                            "ContainerName": "main",
-                            "ResourceName": "nvidia.com/gpu",
-                            "DeviceIDs": {"0": [gpu]},
-                            "AllocResp": "",
-                        }
-                        for uid, gpu in entries
-                    ],
-                    "RegisteredDevices": {"nvidia.com/gpu": [f"GPU-e2e-{i}" for i in range(4)]},
-                },
-                "Checksum": 1,
+                "PodDeviceEntries": [
+                    {
+                        "PodUID": uid,
+                        "ContainerName": "main",
+                        "ResourceName": "nvidia.com/gpu",
+                        "DeviceIDs": {"0": [gpu]},
+                        "AllocResp": "",
+                    }
+                    for uid, gpu in entries
+                ],
+                "RegisteredDevices": {"nvidia.com/gpu": [f"GPU-e2e-{i}" for i in range(4)]},
             }
         )
     )

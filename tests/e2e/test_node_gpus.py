@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import pytest
 
+from apis.checkpoint import kubelet_checkpoint_json
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_node_to_container import FAKE_GPUS, Agent
 from test_scheduler_harness import (
@@ -207,8 +209,7 @@ def test_a_pod_that_cannot_be_found_starts_without_gpus_and_is_told_so(
 
 
 def _checkpoint(entries: list[dict[str, Any]]) -> str:
-    return json.dumps({"Data": {"PodDeviceEntries": entries, "RegisteredDevices": {}},
-                       "Checksum": 1})  # fmt: skip
+    return kubelet_checkpoint_json({"PodDeviceEntries": entries, "RegisteredDevices": {}})
 
 
 def test_kubelet_allocated_cards_are_never_offered_to_fractional_pods(

@@ -5,6 +5,7 @@ containers, refusals, and a kubelet restart."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import queue
@@ -94,13 +95,8 @@ class FakePods:
             if now is None or now.resource_version != pod.resource_version:
                 raise PodConflict(f"pod {pod.key} changed")
             rv = str(int(now.resource_version) + 1)
-            self.pods[pod.uid] = PendingPod(
-                now.namespace,
-                now.name,
-                now.uid,
-                now.units,
-                {**now.annotations, **annotations},
-                rv,
+            self.pods[pod.uid] = dataclasses.replace(
+                now, annotations={**now.annotations, **annotations}, resource_version=rv
             )
 
 
@@ -175,9 +171,8 @@ def setup(
     with tempfile.TemporaryDirectory(prefix="dp-", dir="/tmp") as d:  # short: sun_path limit
         plugin_dir = Path(d)
         cards = [Card(0, "GPU-a", 4 * GI, numa_node=0), Card(1, "GPU-b", 6 * GI, numa_node=1)]
-        pods = FakePods(
-            [pod("older", 2, 1, assume=10), pod("newer", 2, 0, assume=20), pod("multi", 5, 1, 30)]
-        )
+        multi = dataclasses.replace(pod("multi", 5, 1, 30), containers=(2, 3))
+        pods = FakePods([pod("older", 2, 1, assume=10), pod("newer", 2, 0, assume=20), multi])
         kubelet = Kubelet(kubelet_client, plugin_dir)
         server = DevicePluginServer(
             GPUSharePlugin("node-a", pods, MemoryUnit.GiB), lambda: list(cards), plugin_dir
@@ -235,9 +230,12 @@ def test_allocate_serves_pods_oldest_first_and_marks_them(setup: Any) -> None:
     second = kubelet.allocate(["GPU-a-_-2", "GPU-a-_-3"])
     assert second["envs"][0]["ALIYUN_COM_GPU_MEM_IDX"] == "0"
     assert pods.pods["uid-newer"].annotations[ANNOTATION_ASSIGNED] == "true"
-    refused = kubelet.allocate(["GPU-a-_-0", "GPU-a-_-1"])
+    refused = kubelet.allocate(["GPU-a-_-0", "GPU-a-_-1", "GPU-a-_-2", "GPU-a-_-3"])
     assert refused["event"] == "allocate_error" and refused["code"] == "FAILED_PRECONDITION"
-    assert "no pending pod on this node asks for 2 GiB of aliyun.com/gpu-mem" in refused["details"]
+    assert (
+        "no pending pod on this node has a container left that asks for 4 GiB of "
+        "aliyun.com/gpu-mem" in refused["details"]
+    )
 
 
 def test_allocate_several_containers_gets_each_its_share(setup: Any) -> None:
@@ -260,3 +258,73 @@ def test_re_registers_after_a_kubelet_restart(setup: Any) -> None:
     assert kubelet.next("devices")["devices"]
     assert server.registrations >= 2
     assert kubelet.allocate(["GPU-a-_-0", "GPU-a-_-1"])["event"] == "allocate"
+
+
+def _plugin_over_kubelet(
+    client: Path, plugin_dir: Path, pods: FakePods
+) -> tuple[Kubelet, DevicePluginServer]:
+    cards = [Card(0, "GPU-a", 4 * GI, numa_node=0), Card(1, "GPU-b", 6 * GI, numa_node=1)]
+    kubelet = Kubelet(client, plugin_dir)
+    server = DevicePluginServer(
+        GPUSharePlugin("node-a", pods, MemoryUnit.GiB), lambda: list(cards), plugin_dir
+    )
+    server.start()
+    kubelet.next("devices")
+    return kubelet, server
+
+
+def test_a_two_container_pod_is_allocated_per_container_as_the_kubelet_calls(
+    kubelet_client: Path,
+) -> None:
+    # The kubelet calls Allocate once per container (devicemanager.allocateContainerResources),
+    # each call carrying that container's devices only. The two-container pod (2 + 2 GiB on
+    # card 1, assumed first) must get its own card in both containers, and the one-container
+    # 2 GiB pod on card 0 must still get card 0 afterwards.
+    pair = pod("pair", 4, 1, assume=10)
+    pair = PendingPod(pair.namespace, pair.name, pair.uid, 4, pair.annotations, "1", (2, 2))
+    pods = FakePods([pair, pod("two", 2, 0, assume=20)])
+    with tempfile.TemporaryDirectory(prefix="dp-", dir="/tmp") as d:
+        kubelet, server = _plugin_over_kubelet(kubelet_client, Path(d), pods)
+        try:
+            first = kubelet.allocate(["GPU-b-_-0", "GPU-b-_-1"])
+            assert first["event"] == "allocate", first
+            assert first["envs"][0]["NVIDIA_VISIBLE_DEVICES"] == "1"
+            assert first["envs"][0]["ALIYUN_COM_GPU_MEM_CONTAINER"] == "2"
+            assert first["envs"][0]["ALIYUN_COM_GPU_MEM_POD"] == "4"
+            # not served completely yet: the pod stays ASSIGNED=false, the other pod untouched
+            assert pods.pods["uid-pair"].annotations[ANNOTATION_ASSIGNED] == "false"
+            assert pods.pods["uid-two"].annotations[ANNOTATION_ASSIGNED] == "false"
+            second = kubelet.allocate(["GPU-b-_-2", "GPU-b-_-3"])
+            assert second["event"] == "allocate", second
+            assert second["envs"][0]["NVIDIA_VISIBLE_DEVICES"] == "1"
+            assert pods.pods["uid-pair"].annotations[ANNOTATION_ASSIGNED] == "true"
+            third = kubelet.allocate(["GPU-a-_-0", "GPU-a-_-1"])
+            assert third["event"] == "allocate", third
+            assert third["envs"][0]["NVIDIA_VISIBLE_DEVICES"] == "0"
+            assert pods.pods["uid-two"].annotations[ANNOTATION_ASSIGNED] == "true"
+        finally:
+            server.stop()
+            kubelet.close()
+
+
+def test_a_lone_two_container_pod_starts(kubelet_client: Path) -> None:
+    lone = pod("lone", 3, 0, assume=10)
+    lone = PendingPod(lone.namespace, lone.name, lone.uid, 3, lone.annotations, "1", (1, 2))
+    pods = FakePods([lone])
+    with tempfile.TemporaryDirectory(prefix="dp-", dir="/tmp") as d:
+        kubelet, server = _plugin_over_kubelet(kubelet_client, Path(d), pods)
+        try:
+            first = kubelet.allocate(["GPU-a-_-0"])
+            assert first["event"] == "allocate", first
+            assert first["envs"][0]["ALIYUN_COM_GPU_MEM_CONTAINER"] == "1"
+            second = kubelet.allocate(["GPU-a-_-1", "GPU-a-_-2"])
+            assert second["event"] == "allocate", second
+            assert second["envs"][0]["ALIYUN_COM_GPU_MEM_CONTAINER"] == "2"
+            assert {first["envs"][0]["NVIDIA_VISIBLE_DEVICES"]} == {"0"}
+            assert second["envs"][0]["NVIDIA_VISIBLE_DEVICES"] == "0"
+            assert pods.pods["uid-lone"].annotations[ANNOTATION_ASSIGNED] == "true"
+            # every container served: a third call finds no pod
+            assert kubelet.allocate(["GPU-a-_-3"])["event"] == "allocate_error"
+        finally:
+            server.stop()
+            kubelet.close()

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from apis.allocation import go_json_loads
 from apis.checkpoint import (
     ANNOTATION_DEVICES_CHECKPOINTS,
     CheckpointError,
@@ -15,7 +17,10 @@ from apis.checkpoint import (
     PodDeviceEntry,
     decode_devices_checkpoints,
     encode_devices_checkpoints,
+    fnv32a,
+    kubelet_checksum,
     parse_kubelet_checkpoint,
+    spew_checkpoint_data,
 )
 
 NVIDIA = "nvidia.com/gpu"
@@ -253,3 +258,48 @@ def test_annotation_round_trip_is_deterministic(entries: list[PodDeviceEntry]) -
          "resourceName": e.resource_name, "deviceIDs": list(e.device_ids)}
         for e in sorted(entries, key=PodDeviceEntry.sort_key)
     ]  # fmt: skip
+
+
+GOLDEN = Path(__file__).with_name("fixtures") / "kubelet-checkpoint"
+"""Written by Kubernetes v1.20.2's checkpoint types, checksum code and vendored go-spew
+(hack/kubelet-checkpoint-golden); spew.txt holds go-spew's rendering of each file's Data."""
+
+
+@pytest.mark.parametrize(
+    ("name", "line", "form"),
+    [("numa.json", 0, "numa"), ("numa-empty.json", 1, "numa"), ("v1.json", 2, "list")],
+)
+def test_the_kubelets_own_checksum_and_rendering(name: str, line: int, form: str) -> None:
+    text = (GOLDEN / name).read_text()
+    data = go_json_loads(text).fields(("Data",))["Data"]
+    expected = (GOLDEN / "spew.txt").read_text().splitlines()[line]
+    assert spew_checkpoint_data(data, form) == expected
+    assert kubelet_checksum(data) == json.loads(text)["Checksum"]
+    parsed = parse_kubelet_checkpoint(text)
+    assert parsed.checksum_ok and parsed.expected_checksum == parsed.checksum
+
+
+def test_fnv32a_matches_go() -> None:
+    assert fnv32a(b"") == 0x811C9DC5
+    assert fnv32a(b"a") == 0xE40C292C
+
+
+@pytest.mark.parametrize("name", ["numa.json", "v1.json"])
+def test_a_changed_or_mis_summed_checkpoint_is_not_ok(name: str) -> None:
+    text = (GOLDEN / name).read_text()
+    checksum = json.loads(text)["Checksum"]
+    for bad in (
+        text.replace(f'"Checksum":{checksum}', f'"Checksum":{checksum - 1}'),
+        text.replace("GPU-0", "GPU-9", 1),
+        text.replace(f',"Checksum":{checksum}', ""),
+    ):
+        parsed = parse_kubelet_checkpoint(bad)
+        assert not parsed.checksum_ok
+
+
+def test_the_shape_decides_the_types_hashed() -> None:
+    # a list-shaped file is hashed with kubelet 1.19's types: the same data NUMA-keyed does not
+    # carry the list-shaped checksum
+    v1 = json.loads((GOLDEN / "v1.json").read_text())
+    v1["Data"]["PodDeviceEntries"][0]["DeviceIDs"] = {"-1": ["GPU-2", "GPU-0"]}
+    assert not parse_kubelet_checkpoint(json.dumps(v1)).checksum_ok

@@ -72,6 +72,8 @@ class Card:
     pcie_switches: tuple[str, ...] = ()  # PCIe switches above the card, outermost first
     process_samples: list[tuple[int, int, int]] = field(default_factory=list)  # pid, ts us, sm%
     process_util_supported: bool = True
+    mig_mode: int | None = 0  # current MIG mode (1 = enabled); None: NOT_SUPPORTED (pre-Ampere)
+    memory_supported: bool = True  # False: NOT_SUPPORTED (unified-memory parts)
 
     @property
     def sysfs_bus_id(self) -> str:
@@ -277,6 +279,7 @@ class FakeNvmlHost:
             "nvmlDeviceGetNvLinkRemoteDeviceType",
             "nvmlDeviceGetNvLinkVersion",
             "nvmlDeviceGetTopologyCommonAncestor",
+            "nvmlDeviceGetMigMode",
         ):
             monkeypatch.setattr(pynvml, name, getattr(self, name))
         return self
@@ -345,9 +348,17 @@ class FakeNvmlHost:
 
     def nvmlDeviceGetMemoryInfo(self, handle: Any, version: Any = None) -> Any:
         card = self._card(handle, "nvmlDeviceGetMemoryInfo")
+        if not card.memory_supported:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         mem = pynvml.c_nvmlMemory_t()
         mem.total, mem.used, mem.free = card.total, card.used, card.total - card.used
         return mem
+
+    def nvmlDeviceGetMigMode(self, handle: Any) -> list[int]:
+        card = self._card(handle, "nvmlDeviceGetMigMode")
+        if card.mig_mode is None:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return [card.mig_mode, card.mig_mode]
 
     def nvmlDeviceGetPciInfo(self, handle: Any) -> Any:
         card = self._card(handle, "nvmlDeviceGetPciInfo")

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
+from apis.checkpoint import kubelet_checkpoint_json
 from apis.device import Device
 from koordlet.agent import Agent, NodeInventory, report_once
 from koordlet.checkpoint import checkpoint_path
@@ -173,19 +174,16 @@ def test_report_once_includes_checkpoint_entries(fake: FakeLibrary, tmp_path: Pa
     path = checkpoint_path(tmp_path / "kubelet")
     path.parent.mkdir(parents=True)
     path.write_text(
-        json.dumps(
+        kubelet_checkpoint_json(
             {
-                "Data": {
-                    "PodDeviceEntries": [
-                        {
-                            "PodUID": "p1",
-                            "ContainerName": "c",
-                            "ResourceName": "nvidia.com/gpu",
-                            "DeviceIDs": {"-1": ["GPU-1"]},
-                        }
-                    ]
-                },
-                "Checksum": 1,
+                "PodDeviceEntries": [
+                    {
+                        "PodUID": "p1",
+                        "ContainerName": "c",
+                        "ResourceName": "nvidia.com/gpu",
+                        "DeviceIDs": {"-1": ["GPU-1"]},
+                    }
+                ]
             }
         )
     )
@@ -240,7 +238,7 @@ def test_checkpoint_writes_are_published_through_the_watch(
     _wait_for(lambda: "node-1" in api.devices)
     entry = {"PodUID": "p1", "ContainerName": "c", "ResourceName": "nvidia.com/gpu",
              "DeviceIDs": {"-1": ["0"]}}  # fmt: skip
-    path.write_text(json.dumps({"Data": {"PodDeviceEntries": [entry]}, "Checksum": 1}))
+    path.write_text(kubelet_checkpoint_json({"PodDeviceEntries": [entry]}))
     _wait_for(lambda: _published(api) == [("p1", ["GPU-0"])])  # NVML index 0 -> its card
 
 

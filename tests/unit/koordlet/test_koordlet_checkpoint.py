@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from apis.checkpoint import PodDeviceEntry
+from apis.allocation import go_json_loads
+from apis.checkpoint import PodDeviceEntry, kubelet_checksum
 from koordlet.checkpoint import CheckpointReader, checkpoint_path
 
 G = [f"GPU-{i}0000000-0000-0000-0000-00000000000{i}" for i in range(4)]
@@ -25,16 +26,13 @@ def _entry(pod: str, container: str, resource: str, ids: Any) -> dict[str, Any]:
     }
 
 
+def _sealed(data: dict[str, Any]) -> str:
+    """A checkpoint with the kubelet's checksum of ``data``."""
+    return json.dumps({"Data": data, "Checksum": kubelet_checksum(go_json_loads(json.dumps(data)))})
+
+
 def _checkpoint(*entries: dict[str, Any]) -> str:
-    return json.dumps(
-        {
-            "Data": {
-                "PodDeviceEntries": list(entries),
-                "RegisteredDevices": {"nvidia.com/gpu": G},
-            },
-            "Checksum": 3854436589,
-        }
-    )
+    return _sealed({"PodDeviceEntries": list(entries), "RegisteredDevices": {"nvidia.com/gpu": G}})
 
 
 NUMA_KEYED = _checkpoint(
@@ -54,9 +52,8 @@ EXPECTED_NUMA = (
     PodDeviceEntry("pod-c", "sidecar", "example.com/fpga", ("fpga-0",)),
 )
 EXPECTED_PLAIN = EXPECTED_NUMA[:2]
-NO_ENTRIES = json.dumps(
-    {"Data": {"PodDeviceEntries": None, "RegisteredDevices": {}}, "Checksum": 0}
-)
+PLAIN_LIST_SEALED = PLAIN_LIST
+NO_ENTRIES = _sealed({"PodDeviceEntries": None, "RegisteredDevices": {}})
 
 
 class Errors:
@@ -156,3 +153,48 @@ def test_file_removed_after_a_good_read_forgets_entries(tmp_path: Path) -> None:
     path.unlink()
     assert reader.read() == ()
     assert errors.count == 0
+
+
+GOLDEN = Path(__file__).parents[1] / "apis" / "fixtures" / "kubelet-checkpoint"
+"""Checkpoints written by the kubelet's own code (hack/kubelet-checkpoint-golden)."""
+
+
+def _corruptions(name: str) -> list[tuple[str, str]]:
+    text = (GOLDEN / name).read_text()
+    doc = json.loads(text)
+    off_by_one = text.replace(f'"Checksum":{doc["Checksum"]}', f'"Checksum":{doc["Checksum"] + 1}')
+    assert off_by_one != text
+    changed = text.replace('"ContainerName":"cuda"', '"ContainerName":"cudA"', 1)
+    assert changed != text
+    no_checksum = text.replace(f',"Checksum":{doc["Checksum"]}', "")
+    return [
+        (off_by_one, "checksum-off-by-one"),
+        (changed, "content-changed"),
+        (no_checksum, "none"),
+    ]
+
+
+@pytest.mark.parametrize("name", ["numa.json", "v1.json"])
+def test_a_kubelet_written_checkpoint_is_accepted(tmp_path: Path, name: str) -> None:
+    reader, path, errors = _reader(tmp_path)
+    path.write_text((GOLDEN / name).read_text())
+    assert [e.pod_uid for e in reader.read()][:1] == ["pod-a"]
+    assert errors.count == 0
+
+
+@pytest.mark.parametrize("name", ["numa.json", "v1.json"])
+def test_a_checkpoint_whose_checksum_does_not_match_is_refused(tmp_path: Path, name: str) -> None:
+    # the kubelet refuses such a file (checksum.Verify -> ErrCorruptCheckpoint): so do we,
+    # keeping the last good state and reporting it
+    for bad, why in _corruptions(name):
+        reader, path, errors = _reader(tmp_path / why)
+        path.write_text(PLAIN_LIST_SEALED)
+        assert reader.read() == EXPECTED_PLAIN
+        path.write_text(bad)
+        with capture_logs() as logs:
+            assert reader.read() == EXPECTED_PLAIN, why
+        assert errors.count == 1, why
+        assert [e["event"] for e in logs] == [
+            "kubelet device checkpoint unusable: keeping the last good state"
+        ]
+        assert "checksum" in logs[0]["error"], why

@@ -21,6 +21,7 @@ import pytest
 import structlog
 import yaml
 
+from apis.checkpoint import kubelet_checkpoint_json
 from apis.device import Device
 from koordlet.cli import main, parse_duration
 from runtimehooks.api import api_pb2, api_pb2_grpc
@@ -83,26 +84,50 @@ def test_report_once_prints_a_valid_device_cr(output: str) -> None:
     assert device.to_dict() == doc
 
 
+@pytest.mark.parametrize(
+    ("names", "published"),
+    [
+        pytest.param(None, True, id="default-list"),
+        pytest.param("nvidia.com/gpu,nvidia.com/mig-*", False, id="gpushare-left-out"),
+    ],
+)
+def test_report_publishes_the_configured_gpu_resources(
+    tmp_path: Path, names: str | None, published: bool
+) -> None:
+    plugins = tmp_path / "device-plugins"
+    plugins.mkdir()
+    gpu = "GPU-a3b5c7d9-2e4f-4a6b-8c0d-1f3e5a7b9c03"
+    entry = {"PodUID": "share", "ContainerName": "c", "ResourceName": "aliyun.com/gpu-mem",
+             "DeviceIDs": {"-1": [f"{gpu}-_-0"]}, "AllocResp": ""}  # fmt: skip
+    (plugins / "kubelet_internal_checkpoint").write_text(
+        kubelet_checkpoint_json({"PodDeviceEntries": [entry], "RegisteredDevices": {}})
+    )
+    flags = ["--gpu-resource-names", names] if names is not None else []
+    proc = _run("report", "--once", "--fake-gpus", str(EXAMPLE), "--node-name", "n",
+                "--kubelet-root", str(tmp_path), "-o", "json", *flags)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    ann = json.loads(proc.stdout)["metadata"].get("annotations", {})
+    got = json.loads(ann.get("node.koordinator.sh/devices-checkpoints", "[]"))
+    assert [e["deviceIDs"] for e in got] == ([[gpu]] if published else [])
+
+
 def test_report_once_with_a_checkpoint(tmp_path: Path) -> None:
     plugins = tmp_path / "device-plugins"
     plugins.mkdir()
     gpu = "GPU-a3b5c7d9-2e4f-4a6b-8c0d-1f3e5a7b9c03"
     (plugins / "kubelet_internal_checkpoint").write_text(
-        json.dumps(
+        kubelet_checkpoint_json(
             {
-                "Data": {
-                    "PodDeviceEntries": [
-                        {
-                            "PodUID": "legacy",
-                            "ContainerName": "c",
-                            "ResourceName": "nvidia.com/gpu",
-                            "DeviceIDs": {"1": [gpu]},
-                            "AllocResp": "",
-                        }
-                    ],
-                    "RegisteredDevices": {"nvidia.com/gpu": [gpu]},
-                },
-                "Checksum": 42,
+                "PodDeviceEntries": [
+                    {
+                        "PodUID": "legacy",
+                        "ContainerName": "c",
+                        "ResourceName": "nvidia.com/gpu",
+                        "DeviceIDs": {"1": [gpu]},
+                        "AllocResp": "",
+                    }
+                ],
+                "RegisteredDevices": {"nvidia.com/gpu": [gpu]},
             }
         )
     )

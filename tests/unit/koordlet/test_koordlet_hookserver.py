@@ -317,3 +317,35 @@ def test_gemini_pod_refused_when_fair_share_is_off(short_dir: Path) -> None:
             assert plain.container_envs["NVIDIA_VISIBLE_DEVICES"] == "1"
     finally:
         service.stop()
+
+
+@pytest.mark.parametrize(
+    "annotation",
+    [
+        pytest.param("{broken", id="unreadable"),
+        pytest.param('{"gpu":[{"minor":1,"resources":{}}]}', id="no-id-with-uuid"),
+    ],
+)
+def test_without_the_pod_cache_a_bad_allocation_is_still_closed(
+    short_dir: Path, annotation: str
+) -> None:
+    # HookService as an embedding builds it: no agent pod cache. The proxy's failure policy is
+    # Ignore, so an error reply would start the container with the image's
+    # NVIDIA_VISIBLE_DEVICES=all: the answer must be OK with "void".
+    sock = short_dir / "koordlet.sock"
+    service = HookService(
+        socket_path=sock, hook_dir="", visible_devices_by="uuid", observe=Observed()
+    )
+    service.start()
+    try:
+        req = _request()
+        req.pod_annotations["scheduling.koordinator.sh/device-allocated"] = annotation
+        req.container_envs["NVIDIA_VISIBLE_DEVICES"] = "all"
+        with grpc.insecure_channel(f"unix:{sock}") as channel:
+            resp = api_pb2_grpc.RuntimeHookServiceStub(channel).PreCreateContainerHook(
+                req, timeout=10
+            )
+        assert resp.container_envs["NVIDIA_VISIBLE_DEVICES"] == "void"
+        assert resp.container_envs["PATH"] == "/usr/bin"
+    finally:
+        service.stop()

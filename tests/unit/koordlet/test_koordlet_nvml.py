@@ -10,9 +10,11 @@ import pynvml
 import pytest
 from structlog.testing import capture_logs
 
+from koordlet.devices.health import HealthTracker
 from koordlet.devices.library import (
     GPU,
     HEALTHY,
+    REASON_MIG_ENABLED,
     REASON_QUERY_FAILED,
     DeviceQueryError,
     GPUUsage,
@@ -138,6 +140,57 @@ def test_card_failing_a_query_is_reported_unhealthy(
     assert not health.healthy and health.reason == REASON_QUERY_FAILED
     assert failing in health.message
     assert set(found.health) == {host.cards[0].uuid}
+
+
+def test_a_card_in_mig_mode_is_never_offered_whole(lib: NvmlLibrary, host: FakeNvmlHost) -> None:
+    host.cards[1].mig_mode = pynvml.NVML_DEVICE_MIG_ENABLE
+    host.cards[2].mig_mode = None  # NOT_SUPPORTED: a card without MIG
+    found = lib.discover()
+    assert len(found.gpus) == 8  # still listed (its MIG devices are the kubelet's)
+    assert set(found.health) == {host.cards[1].uuid}
+    health = found.health[host.cards[1].uuid]
+    assert not health.healthy and health.reason == REASON_MIG_ENABLED
+    assert "MIG" in health.message
+    # a periodic probe that reads the card fine does not make it whole again
+    tracker = HealthTracker([g.uuid for g in found.gpus], found.health)
+    gpu = next(g for g in found.gpus if g.uuid == host.cards[1].uuid)
+    tracker.apply_probe(gpu.uuid, lib.probe(gpu))
+    assert tracker.snapshot()[gpu.uuid] == health
+
+
+def test_a_card_whose_mig_mode_cannot_be_read_is_not_offered(
+    lib: NvmlLibrary, host: FakeNvmlHost
+) -> None:
+    host.cards[0].failing.add("nvmlDeviceGetMigMode")
+    health = lib.discover().health[host.cards[0].uuid]
+    assert not health.healthy and "nvmlDeviceGetMigMode" in health.message
+
+
+def test_memory_not_supported_is_not_a_fault(
+    host: FakeNvmlHost, sysfs_root: Path, tmp_path: Path
+) -> None:
+    # unified-memory parts answer NVML_ERROR_NOT_SUPPORTED for the memory info: the card is
+    # healthy and is published with the node's system memory (what its allocations draw from)
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       131072000 kB\nMemFree:        1 kB\n")
+    nvml = NvmlLibrary(sysfs_root=sysfs_root, meminfo_path=meminfo)
+    assert nvml.init()
+    host.cards[3].memory_supported = False
+    found = nvml.discover()
+    assert found.health == {}
+    gpu = next(g for g in found.gpus if g.uuid == host.cards[3].uuid)
+    assert gpu.memory_total == 131072000 * 1024
+    assert nvml.probe(gpu).healthy
+
+
+def test_memory_not_supported_without_system_memory_is_unhealthy(
+    host: FakeNvmlHost, sysfs_root: Path, tmp_path: Path
+) -> None:
+    nvml = NvmlLibrary(sysfs_root=sysfs_root, meminfo_path=tmp_path / "missing")
+    assert nvml.init()
+    host.cards[3].memory_supported = False
+    health = nvml.discover().health[host.cards[3].uuid]
+    assert not health.healthy and "memory" in health.message
 
 
 def test_bus_id_falls_back_to_the_legacy_field_and_old_pynvml_bytes(

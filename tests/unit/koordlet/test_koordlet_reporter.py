@@ -15,6 +15,8 @@ from apis.quantity import Quantity
 from apis.topology import GPULink, GPUTopology
 from koordlet.devices.library import GPU, HEALTHY, Health
 from koordlet.reporter import (
+    DEFAULT_GPU_RESOURCES,
+    GPUResourceNames,
     Inventory,
     NodePods,
     desired_device,
@@ -441,3 +443,32 @@ def test_partition_table_is_published_next_to_the_topology() -> None:
     assert PARTITIONS not in plain.annotations
     gone = merge_device(device, plain)
     assert gone is not None and PARTITIONS not in gone.annotations
+
+
+OTHER_GPU_ENTRIES = (
+    PodDeviceEntry("ts", "c", "nvidia.com/gpu.shared", ("GPU-1",)),
+    PodDeviceEntry("mig", "c", "nvidia.com/mig-1g.10gb", ("GPU-2",)),
+    PodDeviceEntry("share", "c", "aliyun.com/gpu-mem", ("GPU-3",)),
+    PodDeviceEntry("nic", "c", "rdma/hca", ("mlx5_0",)),
+)
+
+
+def test_gpus_of_every_gpu_device_plugin_are_published_by_default() -> None:
+    # NVIDIA time-slicing with renamed resources, the MIG mixed strategy, gpushare's plugin:
+    # the kubelet gave these pods whole or shared cards; unpublished, they look free
+    got = published_entries(OTHER_GPU_ENTRIES, None)
+    assert sorted(e.pod_uid for e in got) == ["mig", "share", "ts"]
+
+
+def test_the_gpu_resource_names_are_configurable() -> None:
+    only_mig = GPUResourceNames.parse(" nvidia.com/mig-* , ")
+    assert only_mig.patterns == ("nvidia.com/mig-*",)
+    got = published_entries(OTHER_GPU_ENTRIES, None, only_mig)
+    assert [e.pod_uid for e in got] == ["mig"]
+    device = desired_device("n", Inventory(), OTHER_GPU_ENTRIES, None, gpu_resources=only_mig)
+    assert [e.pod_uid for e in decode_devices_checkpoints(device.annotations[ANN])] == ["mig"]
+    with pytest.raises(ValueError, match="no GPU resource name"):
+        GPUResourceNames.parse(" , ")
+    assert "nvidia.com/gpu" in DEFAULT_GPU_RESOURCES
+    assert "koordinator.sh/gpu-memory-ratio" in DEFAULT_GPU_RESOURCES
+    assert "rdma/hca" not in DEFAULT_GPU_RESOURCES

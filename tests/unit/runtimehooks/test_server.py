@@ -18,7 +18,13 @@ import pytest
 from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, DeviceAllocation, encode_allocations
 from runtimehooks import protocol
 from runtimehooks.api import api_pb2, api_pb2_grpc
-from runtimehooks.context import ContainerContext, ContainerMeta, PodMeta, Resources
+from runtimehooks.context import (
+    ContainerContext,
+    ContainerMeta,
+    HookInputError,
+    PodMeta,
+    Resources,
+)
 from runtimehooks.hooks import new_default_registry
 from runtimehooks.hooks.gpu import GPUHookOptions
 from runtimehooks.registry import FailurePolicy, HookRegistry, Stage
@@ -183,18 +189,41 @@ def test_uuid_mode(short_dir: Path) -> None:
     assert resp.container_envs["NVIDIA_VISIBLE_DEVICES"] == "GPU-0002,GPU-0000"
 
 
-def test_malformed_annotation_is_invalid_argument_and_server_keeps_serving(
+def test_malformed_annotation_closes_the_container_and_server_keeps_serving(
     stub: api_pb2_grpc.RuntimeHookServiceStub,
 ) -> None:
-    with pytest.raises(grpc.RpcError) as ei:
-        stub.PreCreateContainerHook(
-            request({ANNOTATION_DEVICE_ALLOCATED: '{"gpu":[{"minor":-1}]}'}), timeout=TIMEOUT
-        )
-    assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "device-allocated" in ei.value.details()
-    assert "gpu[0].minor" in ei.value.details()
+    # the proxy's policy is Ignore: an error reply would start the container unchanged (the
+    # image's NVIDIA_VISIBLE_DEVICES=all), so the GPU hook answers OK with "void" instead
+    resp = stub.PreCreateContainerHook(
+        request({ANNOTATION_DEVICE_ALLOCATED: '{"gpu":[{"minor":-1}]}'}), timeout=TIMEOUT
+    )
+    assert resp.container_envs["NVIDIA_VISIBLE_DEVICES"] == "void"
     resp = stub.PreCreateContainerHook(request(gpu_annotation(card(1))), timeout=TIMEOUT)
     assert resp.container_envs["NVIDIA_VISIBLE_DEVICES"] == "1"
+
+
+def _bad_input(ctx: ContainerContext) -> ContainerContext:
+    raise HookInputError("gpu[0].minor: must not be negative")
+
+
+def test_a_hook_input_error_is_invalid_argument_and_server_keeps_serving(
+    short_dir: Path,
+) -> None:
+    registry = HookRegistry()
+    registry.register_container_hook(
+        Stage.PRE_CREATE_CONTAINER, "strict", _bad_input, FailurePolicy.FAIL
+    )
+    server = serve(registry, short_dir / "k.sock")
+    try:
+        with grpc.insecure_channel(f"unix:{server.socket_path}") as channel:
+            stub = api_pb2_grpc.RuntimeHookServiceStub(channel)
+            for _ in range(2):
+                with pytest.raises(grpc.RpcError) as ei:
+                    stub.PreCreateContainerHook(request({}), timeout=TIMEOUT)
+                assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                assert "gpu[0].minor" in ei.value.details()
+    finally:
+        server.stop(None)
 
 
 def _boom(ctx: ContainerContext) -> ContainerContext:

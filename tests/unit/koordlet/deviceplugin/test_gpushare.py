@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections import Counter
+
 import pytest
 
 from koordlet.deviceplugin.gpushare import (
@@ -17,6 +20,7 @@ from koordlet.deviceplugin.gpushare import (
     card_of_device,
     choose_pod,
     fake_devices,
+    remaining,
 )
 
 GI = 1 << 30
@@ -79,18 +83,49 @@ def test_card_of_device(device: str, card: str) -> None:
     ],
 )
 def test_choose_pod(pods: list[PendingPod], units: int, chosen: str) -> None:
-    assert choose_pod(pods, units, MemoryUnit.GiB).name == chosen
+    assert choose_pod(pods, [units], MemoryUnit.GiB).name == chosen
 
 
 def test_no_matching_pod_is_a_clear_error() -> None:
     with pytest.raises(AllocateError) as err:
-        choose_pod([pending("a", 4), pending("b", 2)], 3, MemoryUnit.GiB)
+        choose_pod([pending("a", 4), pending("b", 2)], [3], MemoryUnit.GiB)
     assert str(err.value) == (
-        "no pending pod on this node asks for 3 GiB of aliyun.com/gpu-mem with "
-        "ALIYUN_COM_GPU_MEM_ASSIGNED=false; waiting pods ask for 2, 4"
+        "no pending pod on this node has a container left that asks for 3 GiB of "
+        "aliyun.com/gpu-mem with ALIYUN_COM_GPU_MEM_ASSIGNED=false; waiting containers ask "
+        "for 2, 4"
     )
     with pytest.raises(AllocateError, match="asks for 1 MiB"):
-        choose_pod([], 1, MemoryUnit.MiB)
+        choose_pod([], [1], MemoryUnit.MiB)
+
+
+def test_choose_pod_matches_one_container_not_the_pod_total() -> None:
+    # the kubelet calls Allocate once per container: a 1 GiB call is for the two-container
+    # pod's first container, not for the (newer) one-container 1 GiB pod's... unless the
+    # two-container pod is newer, then the oldest wins as in gpushare
+    pair = dataclasses.replace(pending("pair", 3, assume=1), containers=(1, 2))
+    single = pending("single", 1, assume=5)
+    assert choose_pod([single, pair], [1], MemoryUnit.GiB).name == "pair"
+    assert choose_pod([single, pair], [2], MemoryUnit.GiB).name == "pair"
+    with pytest.raises(AllocateError):
+        choose_pod([single, pair], [3], MemoryUnit.GiB)  # no container asks for 3
+
+
+def test_a_partly_served_pod_comes_first_and_only_for_what_it_has_left() -> None:
+    pair = dataclasses.replace(pending("pair", 2, assume=9), containers=(1, 1))
+    old = pending("old", 1, assume=1)
+    assert choose_pod([old, pair], [1], MemoryUnit.GiB).name == "old"
+    served = {pair.uid: Counter({1: 1})}
+    assert remaining(pair, served) == Counter({1: 1})
+    assert choose_pod([old, pair], [1], MemoryUnit.GiB, served).name == "pair"
+    served = {pair.uid: Counter({1: 2})}
+    assert not remaining(pair, served)
+    assert choose_pod([old, pair], [1], MemoryUnit.GiB, served).name == "old"
+
+
+def test_several_containers_in_one_call_need_a_pod_with_each() -> None:
+    multi = dataclasses.replace(pending("multi", 5, assume=3), containers=(2, 3))
+    assert choose_pod([pending("five", 5, assume=1), multi], [2, 3], MemoryUnit.GiB) is multi
+    assert choose_pod([pending("five", 5, assume=1), multi], [5], MemoryUnit.GiB).name == "five"
 
 
 def test_envs_per_container() -> None:

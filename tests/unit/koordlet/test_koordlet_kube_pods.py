@@ -1,0 +1,40 @@
+"""koordlet.kube: which of the node's pods the scheduler accounts from their own annotations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from koordlet.kube import KubeNodeAPI
+
+
+class _Listing(KubeNodeAPI):
+    def __init__(self, items: list[dict[str, Any]]) -> None:
+        super().__init__(api_client=None)
+        self.items = items
+
+    def _request(self, method: str, path: str, **_: Any) -> Any:
+        assert (method, path) == ("GET", "/api/v1/pods")
+        return {"items": self.items}
+
+
+def _pod(uid: str, annotations: dict[str, str]) -> dict[str, Any]:
+    return {
+        "metadata": {"uid": uid, "name": uid, "namespace": "ns", "annotations": annotations},
+        "spec": {"containers": [{"name": "c"}]},
+        "status": {"phase": "Running"},
+    }
+
+
+def test_gpushare_placed_pods_are_accounted_by_the_scheduler_not_published() -> None:
+    api = _Listing(
+        [
+            _pod("koord", {"scheduling.koordinator.sh/device-allocated": "{}"}),
+            _pod("gpushare", {"ALIYUN_COM_GPU_MEM_IDX": "1", "ALIYUN_COM_GPU_MEM_POD": "2"}),
+            _pod("broken", {"ALIYUN_COM_GPU_MEM_IDX": "x", "ALIYUN_COM_GPU_MEM_POD": "2"}),
+            _pod("plain", {}),
+        ]
+    )
+    pods = api.list_node_pods("n")
+    assert pods.uids == {"koord", "gpushare", "broken", "plain"}
+    # a malformed gpushare placement is not accounted by the scheduler: its card is published
+    assert pods.allocated == {"koord", "gpushare"}
