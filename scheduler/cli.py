@@ -114,7 +114,7 @@ def _serve_cluster(args: argparse.Namespace, *, extender: bool) -> int:
     from scheduler.kube.ratelimit import TokenBucket
     from scheduler.kube.rest import CredentialsError, RestClient, Urllib3Transport, load_credentials
     from scheduler.metrics import SchedulerMetrics
-    from scheduler.scheduler import Scheduler
+    from scheduler.core import Scheduler
 
     config = _load_config(args.config)
     if args.leader_elect is not None:

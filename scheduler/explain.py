@@ -39,7 +39,7 @@ CLOSEST = 3
 
 
 class SchedulerLike(Protocol):
-    """What explain reads of ``scheduler.scheduler.Scheduler``."""
+    """What explain reads of ``scheduler.core.Scheduler``."""
 
     @property
     def profiles(self) -> Mapping[str, Framework]: ...

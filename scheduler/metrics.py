@@ -74,7 +74,7 @@ QUEUES = ("active", "backoff", "unschedulable", "gated")
 
 
 class QueueStatsLike(Protocol):
-    """What the scheduling thread publishes (``scheduler.scheduler.QueueStats``)."""
+    """What the scheduling thread publishes (``scheduler.core.QueueStats``)."""
 
     @property
     def pending(self) -> Mapping[str, int]: ...

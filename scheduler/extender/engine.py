@@ -45,7 +45,7 @@ from scheduler.framework.cycle_state import CycleState
 from scheduler.framework.events import Change
 from scheduler.framework.status import Code
 from scheduler.framework.types import SlotNodes
-from scheduler.scheduler import Placement, Scheduler
+from scheduler.core import Placement, Scheduler
 
 __all__ = ["ExtenderEngine", "NotLeader"]
 

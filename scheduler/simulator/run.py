@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from scheduler.config import Plugins, SchedulerConfiguration
 from scheduler.framework.interfaces import PluginFactory
-from scheduler.scheduler import Preemption, Scheduler
+from scheduler.core import Preemption, Scheduler
 from scheduler.simulator.cluster import InMemoryCluster
 from scheduler.simulator.scenario import Scenario
 

@@ -35,7 +35,7 @@ from scheduler.plugins.deviceshare.plugin import DeviceShare
 from scheduler.plugins.nodeaffinity import NodeAffinity
 from scheduler.plugins.nodeaffinity import parse_args as affinity_args
 from scheduler.plugins.registry import default_plugins, in_tree_registry
-from scheduler.scheduler import Scheduler
+from scheduler.core import Scheduler
 from scheduler.simulator.cluster import InMemoryCluster
 from scheduler.simulator.run import SimulatedClock
 from tests.builders import ManualClock, RecordingClient, make_node
