@@ -107,6 +107,7 @@ def _serve_cluster(args: argparse.Namespace, *, extender: bool) -> int:
     kube-scheduler's extender verbs with the same core (``scheduler.extender``)."""
     import dataclasses
 
+    from scheduler.core import Scheduler
     from scheduler.health import Check, HealthServer
     from scheduler.kube.cluster import KubeCluster, bind_permission_problem
     from scheduler.kube.events import EventRecorder
@@ -114,7 +115,6 @@ def _serve_cluster(args: argparse.Namespace, *, extender: bool) -> int:
     from scheduler.kube.ratelimit import TokenBucket
     from scheduler.kube.rest import CredentialsError, RestClient, Urllib3Transport, load_credentials
     from scheduler.metrics import SchedulerMetrics
-    from scheduler.core import Scheduler
 
     config = _load_config(args.config)
     if args.leader_elect is not None:

@@ -6,6 +6,7 @@ the cache, the queue and the plugins), ``scheduling_cycle.py`` (one pod from pop
 bind's outcome applied on the scheduling thread). See docs/architecture.md.
 """
 
-from scheduler.core.scheduler import Placement, Preemption, QueueStats, Scheduler
+from scheduler.core.scheduler import Scheduler
+from scheduler.core.types import Placement, Preemption, QueueStats
 
 __all__ = ["Placement", "Preemption", "QueueStats", "Scheduler"]
