@@ -36,10 +36,10 @@ import numpy as np
 
 from apis.core import decode_pod
 from scheduler.config import parse_config
+from scheduler.core import Scheduler
 from scheduler.devices.allocator import feasible_rows
 from scheduler.devices.request import parse_request
 from scheduler.plugins.registry import default_plugins, in_tree_registry
-from scheduler.scheduler import Scheduler
 from scheduler.simulator.cluster import InMemoryCluster
 from scheduler.simulator.run import SimulatedClock
 

@@ -1,7 +1,7 @@
 """An adversarial fake of our Cluster port: a true state, and a watch that lies by omission.
 
 Role: the scheduler-core fault model in one small object, for the unit and model tests of
-``scheduler.scheduler``. The *true* state is an ``InMemoryCluster`` (the "API server": binds
+``scheduler.core``. The *true* state is an ``InMemoryCluster`` (the "API server": binds
 and condition writes apply there atomically, with the API's preconditions: UID, not yet
 bound). The scheduler does not see it directly: every true change goes into ``pending`` and
 reaches the scheduler only when the test says so — late (``deliver``), out of order across

@@ -35,6 +35,7 @@ from typing import Final, TypeVar
 import numpy as np
 
 from apis.core import Pod
+from scheduler.core import Placement, Scheduler
 from scheduler.extender.protocol import (
     MAX_EXTENDER_PRIORITY,
     BindingArgs,
@@ -45,7 +46,6 @@ from scheduler.framework.cycle_state import CycleState
 from scheduler.framework.events import Change
 from scheduler.framework.status import Code
 from scheduler.framework.types import SlotNodes
-from scheduler.scheduler import Placement, Scheduler
 
 __all__ = ["ExtenderEngine", "NotLeader"]
 

@@ -40,8 +40,8 @@ from scheduler.extender.protocol import (
     encode_preemption_result,
     encode_priorities,
 )
-from scheduler.inspect import ObjectsView
-from scheduler.inspect_gpushare import gpushare_view
+from scheduler.observability.inspect import ObjectsView
+from scheduler.observability.inspect_gpushare import gpushare_view
 
 __all__ = ["GPUSHARE_PREFIX", "ExtenderServer"]
 

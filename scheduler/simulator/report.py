@@ -1,9 +1,9 @@
 """Reports of a simulation: the placement table, the per-card table, the summary, YAML/JSON.
 
-The per-card view is ``scheduler.inspect``'s (shared with ``koord-scheduler inspect`` and the
-device metrics): computed from what a user could read off the API server, the Device CRs and
-the pods' ``device-allocated`` annotations. So it shows what the node agent would enforce, not
-the scheduler's internal ledger.
+The per-card view is ``scheduler.observability.inspect``'s (shared with ``koord-scheduler
+inspect`` and the device metrics): computed from what a user could read off the API server, the
+Device CRs and the pods' ``device-allocated`` annotations. So it shows what the node agent would
+enforce, not the scheduler's internal ledger.
 
 Invariant: rendering never fails on a pod's bad annotation; such a card use is shown as
 ``<invalid annotation>`` next to the pod instead.
@@ -20,8 +20,8 @@ import yaml
 
 from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, AllocationDecodeError, decode_allocations
 from apis.core import Pod
-from scheduler.inspect import CardUsage, cards_table, gpu_summary, table
-from scheduler.inspect import card_usage as _card_usage
+from scheduler.observability.inspect import CardUsage, cards_table, gpu_summary, table
+from scheduler.observability.inspect import card_usage as _card_usage
 from scheduler.simulator.run import SimulationResult
 
 __all__ = ["CardUsage", "card_usage", "pod_objects", "render", "render_table"]

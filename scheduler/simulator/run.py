@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from scheduler.config import Plugins, SchedulerConfiguration
+from scheduler.core import Preemption, Scheduler
 from scheduler.framework.interfaces import PluginFactory
-from scheduler.scheduler import Preemption, Scheduler
 from scheduler.simulator.cluster import InMemoryCluster
 from scheduler.simulator.scenario import Scenario
 

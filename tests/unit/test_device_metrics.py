@@ -1,4 +1,4 @@
-"""scheduler.device_metrics: the per-card families written straight to text are what
+"""scheduler.observability.device_metrics: the per-card families written straight to text are what
 prometheus_client writes for the same samples (the reference is built here with
 ``GaugeMetricFamily`` and ``generate_latest`` from ``inspect.card_usage``); the kept work
 follows replaced and deleted Device records and changed annotations."""
@@ -18,9 +18,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from apis.checkpoint import PodDeviceEntry, encode_devices_checkpoints
 from apis.core import Node, Pod, decode_node, decode_pod
 from apis.device import ANNOTATION_DEVICES_CHECKPOINTS, Device
-from scheduler.device_metrics import DeviceCollector
-from scheduler.inspect import INVALID, card_usage
-from scheduler.metrics import SchedulerMetrics
+from scheduler.observability.device_metrics import DeviceCollector
+from scheduler.observability.inspect import INVALID, card_usage
+from scheduler.observability.metrics import SchedulerMetrics
 
 ALLOCATED = "scheduling.koordinator.sh/device-allocated"
 CORE = "koordinator.sh/gpu-core"

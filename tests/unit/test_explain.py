@@ -1,6 +1,6 @@
-"""``koord-scheduler explain`` (scheduler/explain.py through the CLI's ``--file`` path): per-node
-filter verdicts, per-card free against need, the preemption what-if, the closest candidates,
-table and JSON, and one-line user errors."""
+"""``koord-scheduler explain`` (scheduler/observability/explain.py through the CLI's ``--file``
+path): per-node filter verdicts, per-card free against need, the preemption what-if, the closest
+candidates, table and JSON, and one-line user errors."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""scheduler.health: kube-style check output and the HTTP endpoints on one port."""
+"""scheduler.observability.health: kube-style check output and the HTTP endpoints on one port."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import BinaryIO
 
 import pytest
 
-from scheduler.health import Check, HealthServer, run_checks
+from scheduler.observability.health import Check, HealthServer, run_checks
 
 
 def test_run_checks_formats_like_kube() -> None:

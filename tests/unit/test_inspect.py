@@ -1,5 +1,5 @@
-"""scheduler.inspect: the per-card account from Device CRs and annotations, the table, files,
-and ``koord-scheduler inspect --file``."""
+"""scheduler.observability.inspect: the per-card account from Device CRs and annotations, the table,
+files, and ``koord-scheduler inspect --file``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,13 @@ from apis.checkpoint import PodDeviceEntry, encode_devices_checkpoints
 from apis.core import decode_node, decode_pod
 from apis.device import ANNOTATION_DEVICES_CHECKPOINTS, Device
 from scheduler.cli import main
-from scheduler.inspect import INVALID, InspectError, card_usage, load_objects, render_inspect
+from scheduler.observability.inspect import (
+    INVALID,
+    InspectError,
+    card_usage,
+    load_objects,
+    render_inspect,
+)
 
 ALLOCATED = "scheduling.koordinator.sh/device-allocated"
 GIB = 1024**3

@@ -11,8 +11,8 @@ import yaml
 
 from apis.core import decode_node, decode_pod
 from apis.device import Device
-from scheduler.inspect_gpushare import gpushare_view, render_gpushare
-from scheduler.kubectl_gpushare import main
+from scheduler.commands.kubectl_gpushare import main
+from scheduler.observability.inspect_gpushare import gpushare_view, render_gpushare
 
 ALLOCATED = "scheduling.koordinator.sh/device-allocated"
 

@@ -1,5 +1,5 @@
-"""scheduler.metrics: kube-scheduler's names, types, labels and buckets; the scrape-time
-queue and device collectors; the exposition (no *_created series)."""
+"""scheduler.observability.metrics: kube-scheduler's names, types, labels and buckets; the
+scrape-time queue and device collectors; the exposition (no *_created series)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from apis.checkpoint import PodDeviceEntry, encode_devices_checkpoints
 from apis.core import Node, Pod, decode_node, decode_pod
 from apis.device import ANNOTATION_DEVICES_CHECKPOINTS, Device
-from scheduler.metrics import (
+from scheduler.observability.metrics import (
     ATTEMPT_BUCKETS,
     EXTENSION_POINT_BUCKETS,
     PLUGIN_BUCKETS,

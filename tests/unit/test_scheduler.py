@@ -7,9 +7,9 @@ import random
 import pytest
 
 from scheduler.config import SchedulerConfiguration, default_config, parse_config
+from scheduler.core import Scheduler
 from scheduler.framework.interfaces import BindError
 from scheduler.plugins.registry import default_plugins, in_tree_registry
-from scheduler.scheduler import Scheduler
 from scheduler.simulator.cluster import InMemoryCluster
 from scheduler.simulator.run import SimulatedClock
 from tests.builders import make_node, make_pod

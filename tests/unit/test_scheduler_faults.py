@@ -17,9 +17,9 @@ import pytest
 from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, decode_allocations
 from apis.resources import GPU_CORE, GPU_MEMORY_RATIO
 from scheduler.config import parse_config
+from scheduler.core import Scheduler
 from scheduler.plugins.deviceshare import new_deviceshare
 from scheduler.plugins.registry import default_plugins, in_tree_registry
-from scheduler.scheduler import Scheduler
 from scheduler.simulator.cluster import InMemoryCluster
 from scheduler.simulator.run import SimulatedClock
 from tests.adversarial_cluster import AdversarialCluster, card_usage

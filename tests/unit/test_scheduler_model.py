@@ -39,9 +39,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from apis.core import Pod
 from apis.resources import GPU_CORE, GPU_MEMORY_RATIO
 from scheduler.config import parse_config
+from scheduler.core import Scheduler
 from scheduler.plugins.deviceshare import new_deviceshare
 from scheduler.plugins.registry import default_plugins, in_tree_registry
-from scheduler.scheduler import Scheduler
 from scheduler.simulator.run import SimulatedClock
 from tests.adversarial_cluster import BIND_ANSWERS, AdversarialCluster, card_usage
 from tests.builders import make_pod

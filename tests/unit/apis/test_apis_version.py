@@ -15,7 +15,7 @@ from apis.version import version, version_line
 from koordlet import cli as koordlet_cli
 from koordlet.metrics import KoordletMetrics
 from scheduler import cli as scheduler_cli
-from scheduler.metrics import SchedulerMetrics
+from scheduler.observability.metrics import SchedulerMetrics
 
 MAIN: dict[str, Callable[[Sequence[str]], int]] = {
     "koord-scheduler": scheduler_cli.main,

@@ -12,9 +12,9 @@ from typing import Any
 
 from scheduler.cluster import Cluster
 from scheduler.config import default_config, parse_config
+from scheduler.core import Scheduler
 from scheduler.extender.engine import ExtenderEngine
 from scheduler.plugins.registry import default_plugins, in_tree_registry
-from scheduler.scheduler import Scheduler
 from scheduler.simulator.cluster import InMemoryCluster
 from tests.builders import make_node
 

@@ -1,5 +1,5 @@
 """``koord-scheduler run`` / ``inspect`` user errors: one line on stderr, exit 2, no traceback;
-and scheduler.logs' JSON lines."""
+and scheduler.observability.logs' JSON lines."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import structlog
 
-from scheduler import logs
 from scheduler.cli import main
+from scheduler.observability import logs
 
 
 @pytest.fixture(autouse=True)

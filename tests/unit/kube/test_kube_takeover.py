@@ -8,9 +8,9 @@ import threading
 
 import pytest
 
+from scheduler.core import Scheduler
 from scheduler.framework.events import Change
 from scheduler.kube.leader import CatchUp
-from scheduler.scheduler import Scheduler
 from scheduler.simulator.cluster import InMemoryCluster
 from tests.adversarial_cluster import AdversarialCluster
 from tests.builders import make_pod

@@ -9,8 +9,8 @@ import pytest
 
 from scheduler.cli import main
 from scheduler.config import load_config
+from scheduler.core import Scheduler
 from scheduler.plugins.registry import default_plugins, in_tree_registry
-from scheduler.scheduler import Scheduler
 from scheduler.simulator.cluster import InMemoryCluster
 from scheduler.simulator.replay_cli import ReplayUsageError, parse_seeds, resolve_profile
 

@@ -34,9 +34,9 @@ from apis.core import Pod
 from apis.gang import ANNOTATION_TIMEOUT, gang_of
 from apis.resources import GPU_CORE, GPU_MEMORY_RATIO
 from scheduler.config import parse_config
+from scheduler.core import Scheduler
 from scheduler.framework.waiting import WaitingPod
 from scheduler.plugins.registry import default_plugins, in_tree_registry
-from scheduler.scheduler import Scheduler
 from scheduler.simulator.run import SimulatedClock
 from tests.adversarial_cluster import AdversarialCluster, card_usage
 from tests.builders import make_pod

@@ -15,9 +15,9 @@ from apis.device import Device
 from apis.gang import GangSpecError, gang_of
 from apis.partition import POLICY_HONOR
 from scheduler.config import parse_config
+from scheduler.core import Scheduler
 from scheduler.plugins.deviceshare import new_deviceshare
 from scheduler.plugins.registry import default_plugins, in_tree_registry
-from scheduler.scheduler import Scheduler
 from scheduler.simulator.cluster import InMemoryCluster
 from scheduler.simulator.run import SimulatedClock
 from tests.builders import make_node, make_pod

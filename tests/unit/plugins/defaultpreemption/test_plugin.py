@@ -17,9 +17,9 @@ import pytest
 from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, decode_allocations
 from apis.hints import ANNOTATION_DEVICE_ALLOCATE_HINT
 from scheduler.config import parse_config
+from scheduler.core import Scheduler
 from scheduler.framework.cycle_state import CycleState
 from scheduler.plugins.registry import default_plugins, in_tree_registry
-from scheduler.scheduler import Scheduler
 from scheduler.simulator.cluster import InMemoryCluster
 from scheduler.simulator.run import SimulatedClock, run_to_rest
 from tests.builders import GPU_CORE, GPU_MEMORY_RATIO, NVIDIA_GPU, make_node, make_pod

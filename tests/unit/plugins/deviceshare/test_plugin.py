@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from apis.allocation import ANNOTATION_DEVICE_ALLOCATED
 from apis.hints import ANNOTATION_DEVICE_ALLOCATE_HINT, ANNOTATION_DEVICE_JOINT_ALLOCATE
 from scheduler.config import parse_config
+from scheduler.core import Scheduler
 from scheduler.devices import ledger_of
 from scheduler.devices.ledger import NodeDeviceLedger
 from scheduler.framework.cycle_state import CycleState
@@ -35,7 +36,6 @@ from scheduler.plugins.deviceshare.plugin import DeviceShare
 from scheduler.plugins.nodeaffinity import NodeAffinity
 from scheduler.plugins.nodeaffinity import parse_args as affinity_args
 from scheduler.plugins.registry import default_plugins, in_tree_registry
-from scheduler.scheduler import Scheduler
 from scheduler.simulator.cluster import InMemoryCluster
 from scheduler.simulator.run import SimulatedClock
 from tests.builders import ManualClock, RecordingClient, make_node

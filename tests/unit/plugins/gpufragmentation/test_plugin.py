@@ -21,12 +21,12 @@ from apis.allocation import (
 from apis.checkpoint import PodDeviceEntry, encode_devices_checkpoints
 from apis.device import ANNOTATION_DEVICES_CHECKPOINTS
 from scheduler.config import parse_config
+from scheduler.core import Scheduler
 from scheduler.framework.cycle_state import CycleState
 from scheduler.plugins.deviceshare import plugin as deviceshare_plugin
 from scheduler.plugins.gpufragmentation import plugin as gpufrag_plugin
 from scheduler.plugins.gpufragmentation.plugin import GPUFragmentation
 from scheduler.plugins.registry import default_plugins, in_tree_registry
-from scheduler.scheduler import Scheduler
 from scheduler.simulator.cluster import InMemoryCluster
 from scheduler.simulator.run import SimulatedClock
 from scheduler.simulator.trace import TraceNode, TracePod, device_object, node_object, pod_object

@@ -3,7 +3,7 @@
 Role: a composition root like ``scheduler.cli`` (kubectl finds ``kubectl-inspect-gpushare`` on
 PATH and runs it for ``kubectl inspect gpushare [-d]``): read Nodes, Device CRs and Pods from the
 live cluster (``$KUBECONFIG``, ``--kubeconfig``, in-cluster) or from files (``--file``, as
-``koord-scheduler inspect --file``), and print ``scheduler.inspect_gpushare``'s table.
+``koord-scheduler inspect --file``), and print ``scheduler.observability.inspect_gpushare``'s table.
 
 Invariants: read-only; a user error (no credentials, unreachable server, bad file) is one line on
 stderr and exit code 2, never a traceback.
@@ -17,9 +17,9 @@ from collections.abc import Sequence
 
 from apis.core import Node, Pod
 from apis.device import Device
-from scheduler import logs
-from scheduler.inspect import InspectError, load_objects
-from scheduler.inspect_gpushare import UNITS, gpushare_view, render_gpushare
+from scheduler.observability import logs
+from scheduler.observability.inspect import InspectError, load_objects
+from scheduler.observability.inspect_gpushare import UNITS, gpushare_view, render_gpushare
 
 __all__ = ["main"]
 

@@ -5,8 +5,8 @@ scheduler (and the scheduling queue's ``on_incoming`` hook). It owns an explicit
 ``CollectorRegistry`` with kube-scheduler's metrics under their exact names, types, label
 names and buckets (``pkg/scheduler/metrics/metrics.go``), and custom collectors computed
 at scrape time: the queue gauges (from the snapshot the scheduling thread publishes), the
-leader gauge and the device metrics (``scheduler.device_metrics``: from the Device CRs and
-the pods' ``device-allocated`` annotations, as the caches know them). docs/metrics.md
+leader gauge and the device metrics (``scheduler.observability.device_metrics``: from the
+Device CRs and the pods' ``device-allocated`` annotations, as the caches know them). docs/metrics.md
 documents every series.
 
 Invariants:
@@ -34,9 +34,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from apis.version import python_version, version
-from scheduler.device_metrics import CardFamily, DeviceCollector, render_one
-from scheduler.device_metrics import call_or_none as _safe
-from scheduler.inspect import ObjectsView
+from scheduler.observability.device_metrics import CardFamily, DeviceCollector, render_one
+from scheduler.observability.device_metrics import call_or_none as _safe
+from scheduler.observability.inspect import ObjectsView
 
 __all__ = [
     "ATTEMPT_BUCKETS",
@@ -74,7 +74,7 @@ QUEUES = ("active", "backoff", "unschedulable", "gated")
 
 
 class QueueStatsLike(Protocol):
-    """What the scheduling thread publishes (``scheduler.scheduler.QueueStats``)."""
+    """What the scheduling thread publishes (``scheduler.core.QueueStats``)."""
 
     @property
     def pending(self) -> Mapping[str, int]: ...

@@ -1,14 +1,14 @@
 """The per-card device metrics, written straight to exposition text at scrape time.
 
 Role: ``DeviceCollector`` computes, at each scrape, the per-card account of
-``scheduler.inspect`` (the Device CRs and the pods' ``device-allocated`` annotations as the
-caches know them) and yields the four per-card gauge families (capacity, allocated, pods,
+``scheduler.observability.inspect`` (the Device CRs and the pods' ``device-allocated`` annotations
+as the caches know them) and yields the four per-card gauge families (capacity, allocated, pods,
 healthy) as ``CardFamily`` objects, then the annotation error counter and the per-node gauge of
-bound pods whose annotation is invalid (counted by ``scheduler.inspect``'s rule, the ledger's).
-``SchedulerMetrics.exposition`` has a ``CardFamily`` write its own text, so a scrape of
+bound pods whose annotation is invalid (counted by ``scheduler.observability.inspect``'s rule, the
+ledger's). ``SchedulerMetrics.exposition`` has a ``CardFamily`` write its own text, so a scrape of
 5,000 nodes x 8 GPUs builds no object per sample; any other reader of the registry (a plain
-``generate_latest``) gets ordinary samples, built when first read. docs/metrics.md documents
-every series.
+``generate_latest``) gets ordinary samples, built when first read. docs/metrics.md documents every
+series.
 
 Invariants:
 
@@ -43,7 +43,13 @@ from prometheus_client.utils import floatToGoString
 from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, AllocationReading, read_allocations
 from apis.core import Pod
 from apis.device import Device
-from scheduler.inspect import INVALID, CardUsage, ObjectsView, account_cards, device_cards
+from scheduler.observability.inspect import (
+    INVALID,
+    CardUsage,
+    ObjectsView,
+    account_cards,
+    device_cards,
+)
 
 __all__ = [
     "ALLOCATED",

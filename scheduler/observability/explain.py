@@ -4,11 +4,11 @@ the nodes where it would fit after evicting lower-priority pods; the closest can
 Role: ``explain(scheduler, pod)`` answers from a ``Scheduler``'s own state (its profiles'
 Framework, its cache's Snapshot and the plugins' device ledger): the same PreFilter and Filter
 code the scheduling cycle runs, never a copy of it. The per-card account is
-``scheduler.inspect.card_usage`` (what the node agents enforce). The preemption what-if is the
-kube-scheduler dry run in its simplest form: on a copy of the node's NodeInfo without the
-pods of lower priority (and through the PreFilter extensions' ``remove_pod``, so DeviceShare
-frees their cards in its cycle-state overlay), the filters run again. The full preemption
-plugin (minimal victim sets, PDBs) is a later issue.
+``scheduler.observability.inspect.card_usage`` (what the node agents enforce). The preemption
+what-if is the kube-scheduler dry run in its simplest form: on a copy of the node's NodeInfo
+without the pods of lower priority (and through the PreFilter extensions' ``remove_pod``, so
+DeviceShare frees their cards in its cycle-state overlay), the filters run again. The full
+preemption plugin (minimal victim sets, PDBs) is a later issue.
 
 Invariants: explain never mutates the scheduler: a fresh CycleState per question, NodeInfo
 copies for the what-if, no Reserve. The caller runs it on the thread that owns the scheduler
@@ -30,7 +30,7 @@ from scheduler.framework.cycle_state import CycleState
 from scheduler.framework.runtime import Framework
 from scheduler.framework.status import Status
 from scheduler.framework.types import NodeInfo, Snapshot
-from scheduler.inspect import CardUsage, card_usage, table
+from scheduler.observability.inspect import CardUsage, card_usage, table
 
 __all__ = ["CardFit", "Explanation", "NodeVerdict", "explain", "render_table", "to_json"]
 
@@ -39,7 +39,7 @@ CLOSEST = 3
 
 
 class SchedulerLike(Protocol):
-    """What explain reads of ``scheduler.scheduler.Scheduler``."""
+    """What explain reads of ``scheduler.core.Scheduler``."""
 
     @property
     def profiles(self) -> Mapping[str, Framework]: ...

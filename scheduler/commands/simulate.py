@@ -1,0 +1,37 @@
+"""``koord-scheduler simulate``: a scenario file (or a trace) on the embedded in-memory cluster,
+scheduled by the same core and plugins as ``run``, and a report. Never imports the Kubernetes
+adapter."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from scheduler.commands.common import UserError, load_config_or_fail
+from scheduler.framework.runtime import FrameworkError
+from scheduler.plugins.registry import default_plugins, in_tree_registry
+from scheduler.simulator.replay_cli import ReplayUsageError, run_trace_command
+from scheduler.simulator.report import render
+from scheduler.simulator.run import simulate
+from scheduler.simulator.scenario import ScenarioError, load_scenario
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    if args.nodes or args.pods:  # trace mode: scheduler/simulator/replay_cli.py
+        try:
+            return run_trace_command(args, in_tree_registry(), default_plugins())
+        except ReplayUsageError as exc:
+            raise UserError(str(exc)) from None
+    if args.file is None:
+        raise UserError("simulate needs a scenario FILE, or --nodes and --pods (a trace)")
+    config = load_config_or_fail(args.config)
+    try:
+        scenario = load_scenario(args.file)
+    except ScenarioError as exc:
+        raise UserError(str(exc)) from None
+    try:
+        result = simulate(scenario, config, in_tree_registry(), default_plugins(), args.seed)
+    except FrameworkError as exc:
+        raise UserError(f"{args.config or 'default configuration'}: {exc}") from None
+    sys.stdout.write(render(result, args.output))
+    return 0
