@@ -166,8 +166,7 @@ def serve_cluster(args: argparse.Namespace, front: FrontEnd | None = None) -> in
 
     def caches() -> str | None:
         if not cluster.synced():
-            waiting = [i.kind for i in cluster.informers if not i.synced]
-            return f"caches not synced: {', '.join(waiting)}"
+            return f"caches not synced: {'; '.join(cluster.not_synced())}"
         bad = cluster.unhealthy()
         return "; ".join(bad) if bad else None
 

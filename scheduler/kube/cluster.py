@@ -327,6 +327,18 @@ class KubeCluster:
     def synced(self) -> bool:
         return all(i.synced for i in self.informers)
 
+    def not_synced(self) -> list[str]:
+        """Every informer still waiting for its first list, with the reason it is not there
+        yet (``"PodDisruptionBudget (503 ServiceUnavailable: ...)"``): what ``/readyz``
+        says while the scheduler cannot become ready."""
+        out = []
+        for i in self.informers:
+            if i.synced:
+                continue
+            reason = i.last_error if i.last_error and i.last_error != "not started" else ""
+            out.append(f"{i.kind} ({reason})" if reason else i.kind)
+        return out
+
     def unhealthy(self) -> list[str]:
         """``"<kind>: <error>"`` for every informer that is not currently list/watching."""
         return [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -552,3 +553,29 @@ def test_pod_groups_are_watched_by_default() -> None:
     assert cluster.pod_groups.spec.path == "/apis/scheduling.sigs.k8s.io/v1alpha1/podgroups"
     assert cluster.pod_groups.spec.optional
     assert cluster.pod_groups in cluster.informers
+
+
+def test_readiness_says_why_a_cache_is_not_synced() -> None:
+    """An informer that cannot list says why on /readyz (not only its kind), so an operator
+    sees "PodDisruptionBudget (503 ...)" instead of a bare name that never changes."""
+    transport = FakeTransport()
+    transport.on("GET", V1_PDBS, status_response(503, "ServiceUnavailable", "etcd is not ready"))
+    rest = RestClient(transport)
+    pdbs = Informer(rest, pdb_spec(), backoff=Backoff(0.01, 0.02))
+    others = (
+        Informer(rest, node_spec()),
+        Informer(rest, device_spec()),
+        Informer(rest, pod_spec()),
+    )
+    cluster = KubeCluster(rest, None, informers=others, pdbs=pdbs, pod_groups=None)
+    assert "Node" in cluster.not_synced()  # not started: the kind alone
+    pdbs.start()
+    try:
+        deadline = time.monotonic() + 5
+        while "503" not in " ".join(cluster.not_synced()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert "PodDisruptionBudget (503 ServiceUnavailable: etcd is not ready)" in (
+            cluster.not_synced()
+        )
+    finally:
+        pdbs.stop()
