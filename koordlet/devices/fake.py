@@ -328,6 +328,8 @@ def load_fake_spec(path: str | os.PathLike[str]) -> FakeSpec:
         doc = yaml.safe_load(p.read_text())
     except OSError as exc:
         raise FakeSpecError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise FakeSpecError(f"{p}: not UTF-8 text (byte {exc.start})") from None
     except yaml.YAMLError as exc:
         raise FakeSpecError(f"{p}: invalid YAML: {exc}") from None
     return parse_fake_spec(doc, p.parent, str(p))
@@ -402,7 +404,7 @@ class FakeLibrary:
             doc = yaml.safe_load(path.read_text())
         except FileNotFoundError:
             return states
-        except (OSError, yaml.YAMLError) as exc:
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
             log.warning("fake gpu health file ignored", path=str(path), error=str(exc))
             return None
         if doc is None:

@@ -242,6 +242,18 @@ class _Progress:
             self.stream.flush()
 
 
+def _check_out_dir(path: str) -> None:
+    """``--out`` must be a folder we can write (made if absent); checked before any work."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ReplayUsageError(f"--out {path}: exists and is not a folder")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise ReplayUsageError(f"--out {path}: cannot create the folder: {exc.strerror}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ReplayUsageError(f"--out {path}: the folder is not writable")
+
+
 def run_trace_command(
     args: argparse.Namespace,
     registry: Mapping[str, PluginFactory],
@@ -255,6 +267,7 @@ def run_trace_command(
         raise ReplayUsageError("trace replay needs both --nodes NODES.csv and --pods PODS.csv")
     if args.inflate < 0:
         raise ReplayUsageError(f"--inflate: must be >= 0, got {args.inflate}")
+    _check_out_dir(args.out)  # before the replay: a long run must not be lost at its end
     seeds = parse_seeds(args.seeds)
     names = args.profiles or (args.config if args.config else DEFAULT_PROFILES)
     policies = [resolve_profile(n.strip()) for n in names.split(",") if n.strip()]

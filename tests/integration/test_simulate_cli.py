@@ -104,3 +104,18 @@ def test_real_entry_point_prints_no_traceback(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert proc.stderr.startswith("koord-scheduler: error: ")
+
+
+def test_an_out_path_that_is_a_file_is_refused_before_the_replay(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--out`` naming an existing file: one line, exit 2, before any replay runs (the
+    error used to come after the whole replay, with its results lost)."""
+    taken = tmp_path / "results"
+    taken.write_text("")
+    nodes, pods = tmp_path / "nodes.csv", tmp_path / "pods.csv"  # never read: refused first
+    argv = ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--out", str(taken)]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"koord-scheduler: error: --out {taken}: exists and is not a folder\n"
+    )

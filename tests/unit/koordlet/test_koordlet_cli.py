@@ -220,6 +220,17 @@ def test_user_errors_are_one_line_exit_2(
     assert "Traceback" not in err
 
 
+def test_a_fake_file_that_is_not_utf8_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "latin1.yaml"
+    bad.write_bytes(b"\xff\xfegpus: []\n")
+    assert main(["report", "--once", "--fake-gpus", str(bad), "--node-name", "n"]) == 2
+    assert capsys.readouterr().err == (
+        f"koordlet: error: --fake-gpus {bad}: not UTF-8 text (byte 0)\n"
+    )
+
+
 def test_bad_fake_file_in_a_subprocess_has_no_traceback(tmp_path: Path) -> None:
     bad = tmp_path / "gpus.yaml"
     bad.write_text("gpus: [{minor: 0}]")
