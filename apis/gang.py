@@ -187,6 +187,13 @@ def pod_group_name(pod: Pod) -> str:
     return pod.labels.get(LABEL_POD_GROUP_NAME, "") or pod.labels.get(LABEL_POD_GROUP, "")
 
 
+def gang_marker(pod: Pod) -> str:
+    """``namespace/name`` of the gang a pod asks to belong to, by annotation or pod-group label
+    ('' when none) — whatever plugin would schedule it."""
+    name = pod.annotations.get(ANNOTATION_NAME, "") or pod_group_name(pod)
+    return f"{pod.namespace}/{name}" if name else ""
+
+
 def spec_of_pod_group(group: PodGroup) -> GangSpec:
     """The gang a PodGroup defines: ``minMember`` members (Strict, once-satisfied), waiting
     ``scheduleTimeoutSeconds`` (Koordinator's default when unset)."""

@@ -38,6 +38,8 @@ from scheduler.framework.waiting import WaitingPods
 log = structlog.get_logger("koord-scheduler")
 
 T = TypeVar("T")
+GANG_PLUGIN = "Coscheduling"
+"""The plugin that schedules gangs, by name (the core never imports a plugin)."""
 
 
 @dataclass(slots=True)
@@ -93,6 +95,7 @@ class SchedulerBase:
     cache: Cache
     queue: SchedulingQueue
     profiles: dict[str, Framework]
+    gang_profiles: set[str]
     waiting_pods: WaitingPods
     nominator: Nominator
     """Pods nominated to nodes by preemption, shared by every profile."""

@@ -36,7 +36,7 @@ from scheduler.backend.cache import Cache
 from scheduler.backend.queue import SchedulingQueue
 from scheduler.cluster import Cluster
 from scheduler.config import Plugins, SchedulerConfiguration
-from scheduler.core.base import BindOutcome, Call
+from scheduler.core.base import GANG_PLUGIN, BindOutcome, Call
 from scheduler.core.outcomes import BindingOutcomes
 from scheduler.core.scheduling_cycle import SchedulingCycle
 from scheduler.core.types import (
@@ -105,6 +105,10 @@ class Scheduler(SchedulingCycle, BindingOutcomes):
             self.profiles[profile.scheduler_name] = Framework(
                 profile, registry, handle, default_plugins, self.observer
             )
+        self.gang_profiles = {
+            name for name, f in self.profiles.items() if GANG_PLUGIN in f.plugins_at("permit")
+        }
+        """Profiles that schedule gangs (the others refuse gang pods, saying how)."""
         sorts = {tuple(f.plugins_at("queue_sort")) for f in self.profiles.values()}
         if len(sorts) > 1:
             raise FrameworkError("all profiles must use the same queueSort plugin")

@@ -15,8 +15,9 @@ from concurrent.futures import Future
 import numpy as np
 
 from apis.core import Pod
+from apis.gang import gang_marker
 from scheduler.config import num_feasible_nodes_to_find
-from scheduler.core.base import log
+from scheduler.core.base import GANG_PLUGIN, log
 from scheduler.core.binding_cycle import BindingCycle
 from scheduler.core.types import Placement, Preemption
 from scheduler.framework.cycle_state import CycleState
@@ -38,6 +39,16 @@ class SchedulingCycle(BindingCycle):
         state = CycleState()
         state.record_metrics = self.rng.randrange(100) < PLUGIN_METRICS_SAMPLE_PERCENT
         cycle = self.queue.scheduling_cycle
+        if fwk.name not in self.gang_profiles and gang_marker(pod):
+            # Bound member by member, a gang would be the opposite of what it asks for.
+            message = (
+                f"pod belongs to gang {gang_marker(pod)}, but profile {fwk.name} does not enable "
+                f"the {GANG_PLUGIN} plugin: enable it at queueSort (in place of PrioritySort), "
+                "preFilter, reserve and permit, or remove the pod's gang annotation/label"
+            )
+            self._fail(fwk, qpi, message, set(), cycle)
+            self.observer.attempt("unschedulable", fwk.name, time.perf_counter() - start)
+            return
         try:
             node_name = self._select_node(fwk, state, pod)
         except FitError as err:

@@ -684,3 +684,30 @@ def test_a_late_event_of_an_older_incarnation_never_releases_a_newer_assumed_one
         adv.gate.set()
         sched.run_until_idle()
         assert placed.result(timeout=10).bound
+
+
+@pytest.mark.parametrize(
+    "marker",
+    [
+        {"annotation": ("gang.scheduling.koordinator.sh/name", "train")},
+        {"label": ("pod-group.scheduling.sigs.k8s.io", "train")},
+    ],
+    ids=["gang-annotation", "pod-group-label"],
+)
+def test_a_gang_pod_is_refused_with_how_when_the_profile_has_no_coscheduling(
+    marker: dict[str, tuple[str, str]],
+) -> None:
+    """Without Coscheduling a gang's members would be bound one by one, silently — the
+    opposite of what the annotation asks. The pod is refused with a message saying how."""
+    truth = gpu_node_truth(cards=1)
+    adv = AdversarialCluster(truth)
+    with scheduler_on(adv) as sched:
+        pod = make_pod("worker-0").uid("uid-w").req(cpu="1").req(WHOLE_CARD).scheduler(OURS)
+        for kind, (key, value) in marker.items():
+            pod = pod.annotation(key, value) if kind == "annotation" else pod.label(key, value)
+        truth.apply_pod(pod.obj())
+        adv.deliver_all()
+        sched.run_until_idle()
+        assert not truth.pods["default/worker-0"].node_name
+        message = sched.failures["default/worker-0"]
+        assert "gang default/train" in message and "Coscheduling" in message, message
