@@ -77,8 +77,12 @@ def serve_cluster(args: argparse.Namespace, front: FrontEnd | None = None) -> in
         raise UserError(str(exc)) from None
     identity = args.identity or _identity()
     transport = Urllib3Transport(creds, pool_size=args.bind_workers + 16)
+    metrics = SchedulerMetrics()
     rest = RestClient(
-        transport, token=creds.token, limiter=TokenBucket(args.kube_api_qps, args.kube_api_burst)
+        transport,
+        token=creds.token,
+        limiter=TokenBucket(args.kube_api_qps, args.kube_api_burst),
+        observe=lambda verb, url, code, s: metrics.rest_request(creds.host, verb, url, code, s),
     )
     recorder = EventRecorder(
         rest.with_limiter(None), qps=args.event_qps, burst=args.event_burst, host=identity
@@ -96,7 +100,6 @@ def serve_cluster(args: argparse.Namespace, front: FrontEnd | None = None) -> in
         return not fence_closed.is_set() and (elector is None or elector.leading)
 
     cluster = KubeCluster(rest, recorder, bind_mode=args.bind_mode, fence=fence)
-    metrics = SchedulerMetrics()
     try:
         sched = Scheduler(
             config,

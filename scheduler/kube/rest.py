@@ -26,6 +26,7 @@ import json
 import os
 import ssl
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -420,6 +421,28 @@ def _event(line: bytes) -> tuple[str, Mapping[str, Any]]:
     return str(doc.get("type") or ""), doc["object"]
 
 
+RequestObserver = Callable[[str, str, str, float], None]
+"""Told of every request: verb, URL template (``url_template``), status code (``"<error>"``
+when no answer came), seconds — client-go's ``rest_client_*`` metrics."""
+
+
+def url_template(path: str) -> str:
+    """A request path as client-go's metrics label it: the namespace and the object name
+    replaced by ``{namespace}`` and ``{name}``, the query dropped, so the label set stays
+    bounded (``/api/v1/namespaces/{namespace}/pods/{name}/binding``)."""
+    parts = path.split("?", 1)[0].split("/")
+    # ["", "api", "v1", ...] or ["", "apis", group, version, ...]: the rest starts after these
+    start = 3 if len(parts) > 1 and parts[1] == "api" else 4
+    rest = parts[start:]
+    if len(rest) >= 2 and rest[0] == "namespaces":
+        rest[1] = "{namespace}"
+        if len(rest) >= 4:  # namespaces/{ns}/<resource>/<name>[/<subresource>]
+            rest[3] = "{name}"
+    elif len(rest) >= 2:  # <resource>/<name>[/<subresource>]
+        rest[1] = "{name}"
+    return "/".join(parts[:start] + rest)
+
+
 class RestClient:
     """JSON requests and watches against one API server (see the module docstring)."""
 
@@ -431,12 +454,14 @@ class RestClient:
         limiter: TokenBucket | None = None,
         timeout: float = 30.0,
         user_agent: str = USER_AGENT,
+        observe: RequestObserver | None = None,
     ) -> None:
         self.transport = transport
         self._token = token
         self.limiter = limiter
         self.timeout = timeout
         self._user_agent = user_agent
+        self._observe = observe
 
     def with_limiter(self, limiter: TokenBucket | None) -> RestClient:
         """The same connection and credentials with another rate limit (events, leases)."""
@@ -446,7 +471,12 @@ class RestClient:
             limiter=limiter,
             timeout=self.timeout,
             user_agent=self._user_agent,
+            observe=self._observe,
         )
+
+    def _observed(self, method: str, path: str, code: str, started: float) -> None:
+        if self._observe is not None:
+            self._observe(method, url_template(path), code, time.monotonic() - started)
 
     def _headers(self, content_type: str | None) -> dict[str, str]:
         headers = {"Accept": JSON, "User-Agent": self._user_agent}
@@ -472,13 +502,19 @@ class RestClient:
             self.limiter.acquire()
         url = path + ("?" + urlencode(query) if query else "")
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
-        resp = self.transport.request(
-            method,
-            url,
-            self._headers(content_type if data is not None else None),
-            data,
-            self.timeout if timeout is None else timeout,
-        )
+        started = time.monotonic()
+        try:
+            resp = self.transport.request(
+                method,
+                url,
+                self._headers(content_type if data is not None else None),
+                data,
+                self.timeout if timeout is None else timeout,
+            )
+        except KubeError:
+            self._observed(method, path, "<error>", started)
+            raise
+        self._observed(method, path, str(resp.status), started)
         if not 200 <= resp.status < 300:
             raise _error_from(resp.status, resp.body)
         if not resp.body:
@@ -498,9 +534,15 @@ class RestClient:
         connect_timeout: float = 10.0,
     ) -> WatchStream:
         """Open a watch (``query`` should carry ``watch=1`` and a ``resourceVersion``)."""
-        stream = self.transport.stream(
-            path + "?" + urlencode(query), self._headers(None), connect_timeout, read_timeout
-        )
+        started = time.monotonic()
+        try:
+            stream = self.transport.stream(
+                path + "?" + urlencode(query), self._headers(None), connect_timeout, read_timeout
+            )
+        except KubeError:
+            self._observed("GET", path, "<error>", started)
+            raise
+        self._observed("GET", path, str(stream.status), started)
         if stream.status != 200:
             raise _error_from(stream.status, stream.read_all())
         return WatchStream(stream)

@@ -29,7 +29,7 @@ import io
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, BinaryIO, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -173,6 +173,23 @@ class SchedulerMetrics:
             ["queue", "event"],
             registry=r,
         )
+        # client-go's (k8s.io/component-base/metrics/prometheus/restclient, v1.20), which the
+        # kubernetes-mixin scheduler dashboard reads, and prometheus_client's process_* (the
+        # same names as Go's process collector).
+        self._rest_requests = Counter(
+            "rest_client_requests_total",
+            "Number of HTTP requests, partitioned by status code, method, and host.",
+            ["code", "method", "host"],
+            registry=r,
+        )
+        self._rest_latency = Histogram(
+            "rest_client_request_duration_seconds",
+            "Request latency in seconds. Broken down by verb and URL.",
+            ["verb", "url"],
+            buckets=exponential_buckets(0.001, 2, 10),
+            registry=r,
+        )
+        ProcessCollector(registry=r)
         self._extender = Histogram(
             "koord_scheduler_extender_request_duration_seconds",
             "Extender requests answered (koord-scheduler extender), by verb and HTTP code.",
@@ -235,6 +252,15 @@ class SchedulerMetrics:
     def extender_request(self, verb: str, code: int, seconds: float) -> None:
         """One answered extender request (``koord-scheduler extender``)."""
         self._child(self._extender, verb, str(code)).observe(seconds)
+
+    def rest_request(self, server: str, verb: str, url: str, code: str, seconds: float) -> None:
+        """One API request (``RestClient``'s observer): ``server`` is ``https://host:port``,
+        ``url`` the path template; labelled as client-go labels them (the url label is the
+        whole URL, its ``{}`` escaped as Go's ``url.URL.String`` escapes them)."""
+        host = server.split("://", 1)[-1].rstrip("/")
+        self._child(self._rest_requests, code, verb, host).inc()
+        full = server.rstrip("/") + url.replace("{", "%7B").replace("}", "%7D")
+        self._child(self._rest_latency, verb, full).observe(seconds)
 
     def incoming(self, queue: str, event: str) -> None:
         """The scheduling queue's ``on_incoming`` hook."""

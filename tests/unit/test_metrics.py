@@ -159,8 +159,9 @@ class View:
     pods: list[Pod] = field(default_factory=list)
 
 
-def gpu_device(name: str, gpus: int, unhealthy: tuple[int, ...] = (),
-               annotations: dict[str, str] | None = None) -> Device:
+def gpu_device(
+    name: str, gpus: int, unhealthy: tuple[int, ...] = (), annotations: dict[str, str] | None = None
+) -> Device:
     return Device.from_dict(
         {
             "metadata": {"name": name, "annotations": annotations or {}},
@@ -245,9 +246,12 @@ def test_device_metrics_count_kubelet_held_cards() -> None:
     view = View({"n1": decode_node({"metadata": {"name": "n1"}})}, [device], [])
     m.watch_devices(lambda: view)
     fams = families(m)
-    got = {(s.name, s.labels["minor"], s.labels.get("resource", "")): s.value
-           for metric in ("koord_scheduler_device_allocated", "koord_scheduler_device_pods")
-           for s in fams[metric].samples if s.labels["device_type"] == "gpu"}
+    got = {
+        (s.name, s.labels["minor"], s.labels.get("resource", "")): s.value
+        for metric in ("koord_scheduler_device_allocated", "koord_scheduler_device_pods")
+        for s in fams[metric].samples
+        if s.labels["device_type"] == "gpu"
+    }
     assert got[("koord_scheduler_device_allocated", "1", "koordinator.sh/gpu-core")] == 100
     memory = ("koord_scheduler_device_allocated", "1", "koordinator.sh/gpu-memory")
     assert got[memory] == 16 * 1024**3
@@ -275,8 +279,10 @@ def test_annotation_errors_count_once_per_pod_and_text() -> None:
     assert pods[0].value == 2  # an annotation that does not decode holds every card
 
 
-NEGATIVE = ('{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"-100",'
-            '"koordinator.sh/gpu-memory-ratio":"-100"}}]}')
+NEGATIVE = (
+    '{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"-100",'
+    '"koordinator.sh/gpu-memory-ratio":"-100"}}]}'
+)
 
 
 def test_device_metrics_never_show_an_invalid_annotation_freeing_a_card() -> None:
@@ -286,20 +292,56 @@ def test_device_metrics_never_show_an_invalid_annotation_freeing_a_card() -> Non
     view = View(
         {"n1": decode_node({"metadata": {"name": "n1"}})},
         [gpu_device("n1", 2)],
-        [bound("hostile", "n1", NEGATIVE),
-         bound("ok", "n1", '{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"50"}}]}')],
+        [
+            bound("hostile", "n1", NEGATIVE),
+            bound("ok", "n1", '{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"50"}}]}'),
+        ],
     )
     m.watch_devices(lambda: view)
     fams = families(m)
-    allocated = {(s.labels["minor"], s.labels["resource"]): s.value
-                 for s in fams["koord_scheduler_device_allocated"].samples}
+    allocated = {
+        (s.labels["minor"], s.labels["resource"]): s.value
+        for s in fams["koord_scheduler_device_allocated"].samples
+    }
     assert allocated[("0", "koordinator.sh/gpu-core")] == 150
     assert allocated[("0", "koordinator.sh/gpu-memory-ratio")] == 100 + 0
     assert ("1", "koordinator.sh/gpu-core") not in allocated
-    pods = {s.labels["minor"]: s.value for s in fams["koord_scheduler_device_pods"].samples
-            if s.labels["device_type"] == "gpu"}
+    pods = {
+        s.labels["minor"]: s.value
+        for s in fams["koord_scheduler_device_pods"].samples
+        if s.labels["device_type"] == "gpu"
+    }
     assert pods == {"0": 2, "1": 0}
     invalid = fams["koord_scheduler_device_invalid_allocation_pods"].samples
     assert [(s.labels, s.value) for s in invalid] == [({"node": "n1"}, 1)]
     view.pods.pop(0)  # the pod is gone: so is the gauge's sample
     assert not families(m)["koord_scheduler_device_invalid_allocation_pods"].samples
+
+
+def test_api_requests_and_the_process_are_exposed_under_client_gos_names() -> None:
+    """The kubernetes-mixin scheduler dashboard reads rest_client_* and process_*: the
+    scheduler's own API requests (client-go's names, labels and buckets) and its memory."""
+    metrics = SchedulerMetrics()
+    binding = "/api/v1/namespaces/{namespace}/pods/{name}/binding"
+    metrics.rest_request("https://127.0.0.1:6443", "POST", binding, "201", 0.003)
+    metrics.rest_request("https://127.0.0.1:6443", "POST", binding, "<error>", 10.0)
+    families = {f.name: f for f in text_string_to_metric_families(metrics.exposition().decode())}
+    requests = {
+        (s.labels["code"], s.labels["method"], s.labels["host"]): s.value
+        for s in families["rest_client_requests"].samples
+        if s.name == "rest_client_requests_total"
+    }
+    assert requests == {
+        ("201", "POST", "127.0.0.1:6443"): 1.0,
+        ("<error>", "POST", "127.0.0.1:6443"): 1.0,
+    }
+    url = "https://127.0.0.1:6443/api/v1/namespaces/%7Bnamespace%7D/pods/%7Bname%7D/binding"
+    buckets = {
+        s.labels["le"]: s.value
+        for s in families["rest_client_request_duration_seconds"].samples
+        if s.name.endswith("_bucket") and s.labels["url"] == url and s.labels["verb"] == "POST"
+    }
+    assert buckets["0.004"] == 1.0 and buckets["0.512"] == 1.0 and buckets["+Inf"] == 2.0
+    assert len(buckets) == 11  # client-go: ExponentialBuckets(0.001, 2, 10) and +Inf
+    assert families["process_resident_memory_bytes"].samples[0].value > 0
+    assert "process_cpu_seconds" in families

@@ -24,6 +24,7 @@ from scheduler.kube.rest import (
     Urllib3Transport,
     WatchStream,
     path_segment,
+    url_template,
 )
 from tests.fakes import FakeClock
 from tests.unit.kube.kube_fakes import (
@@ -247,3 +248,54 @@ def test_a_request_timeout_bounds_the_request_from_its_start(
         transport.request("POST", "/x", {}, b"{}", 7.0)
     timeout = seen["timeout"]
     assert (timeout.total, timeout.connect_timeout) == (7.0, 7.0)
+
+
+@pytest.mark.parametrize(
+    ("path", "template"),
+    [
+        (
+            "/api/v1/namespaces/team/pods/web-0/binding",
+            "/api/v1/namespaces/{namespace}/pods/{name}/binding",
+        ),
+        ("/api/v1/namespaces/team/pods", "/api/v1/namespaces/{namespace}/pods"),
+        ("/api/v1/pods", "/api/v1/pods"),
+        ("/api/v1/nodes/n1", "/api/v1/nodes/{name}"),
+        (
+            "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/koord-scheduler",
+            "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}",
+        ),
+        (
+            "/apis/scheduling.koordinator.sh/v1alpha1/devices/n1",
+            "/apis/scheduling.koordinator.sh/v1alpha1/devices/{name}",
+        ),
+        ("/apis/policy/v1", "/apis/policy/v1"),
+        (
+            "/api/v1/namespaces/team/pods/web-0?fieldSelector=x",
+            "/api/v1/namespaces/{namespace}/pods/{name}",
+        ),
+    ],
+)
+def test_request_urls_are_templated_as_client_go_does(path: str, template: str) -> None:
+    assert url_template(path) == template
+
+
+def test_every_request_is_observed_with_its_code_and_duration() -> None:
+    """client-go's rest_client metrics: each request's verb, URL template, status code (or
+    ``<error>`` when no answer came) and duration reach the observer."""
+    transport = FakeTransport()
+    transport.on("GET", "/api/v1/nodes/n1", json_response({}))
+    transport.on("DELETE", "/api/v1/nodes/n1", status_response(409, "Conflict", "c"))
+    seen: list[tuple[str, str, str]] = []
+    rest = RestClient(transport, observe=lambda m, url, code, s: seen.append((m, url, code)))
+    rest.request("GET", "/api/v1/nodes/n1")
+    with pytest.raises(ApiError):
+        rest.request("DELETE", "/api/v1/nodes/n1")
+    with pytest.raises(TransportError):
+        rest.request("GET", "/api/v1/nodes/n2")  # nothing scripted: no answer
+    rest.with_limiter(None).request("GET", "/api/v1/nodes/n1")
+    assert seen == [
+        ("GET", "/api/v1/nodes/{name}", "200"),
+        ("DELETE", "/api/v1/nodes/{name}", "409"),
+        ("GET", "/api/v1/nodes/{name}", "<error>"),
+        ("GET", "/api/v1/nodes/{name}", "200"),
+    ]
