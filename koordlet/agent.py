@@ -51,7 +51,7 @@ from koordlet.reporter import (
     desired_device,
     rfc3339,
 )
-from koordlet.sync import DeviceSyncer, NodeAPI
+from koordlet.sync import RESULT_ERROR, DeviceSyncer, NodeAPI
 
 __all__ = ["Agent", "NodeInventory", "Service", "report_once"]
 
@@ -182,7 +182,7 @@ class Agent:
             )
         )
         self.metrics_server = (
-            MetricsServer(registry, metrics_address, healthz=self.healthy)
+            MetricsServer(registry, metrics_address, healthz=self.healthy, readyz=self.ready)
             if metrics_address is not None
             else None
         )
@@ -224,6 +224,12 @@ class Agent:
     def healthy(self) -> bool:
         """``/healthz``: the sync loop is alive."""
         return self.syncer.running
+
+    def ready(self) -> bool:
+        """``/readyz``: the node is being reported — the latest sync pass wrote (or found
+        current) the Device CR and the Node; not before the first pass, not while passes fail
+        (the API server unreachable, RBAC, the node missing)."""
+        return self.syncer.running and self.syncer.last_result not in ("", RESULT_ERROR)
 
     def start(self) -> None:
         """Discover, watch health, serve metrics, start the services, then the sync loop."""

@@ -17,9 +17,10 @@ Invariants:
 
 from __future__ import annotations
 
+import copy
 import socket
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Final, Protocol
 
@@ -297,6 +298,21 @@ def parse_bind_address(address: str, default_port: int = DEFAULT_METRICS_PORT) -
     return host or "0.0.0.0", port
 
 
+class _WithoutCreated:
+    """The registry as Kubernetes components expose theirs: no ``*_created`` samples."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self._registry.collect():
+            kept = [s for s in metric.samples if not s.name.endswith("_created")]
+            if len(kept) != len(metric.samples):
+                metric = copy.copy(metric)
+                metric.samples = kept
+            yield metric
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
@@ -313,10 +329,12 @@ class MetricsServer:
         registry: CollectorRegistry,
         address: tuple[str, int] = ("0.0.0.0", DEFAULT_METRICS_PORT),
         healthz: Callable[[], bool] | None = None,
+        readyz: Callable[[], bool] | None = None,
     ) -> None:
         self._registry = registry
         self._address = address
         self._healthz = healthz
+        self._readyz = readyz
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -330,7 +348,7 @@ class MetricsServer:
         """Bind and serve; raises OSError when the address cannot be bound."""
         if self._server is not None:
             raise RuntimeError("MetricsServer already started")
-        registry, healthz = self._registry, self._healthz
+        registry, healthz, readyz = _WithoutCreated(self._registry), self._healthz, self._readyz
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
@@ -340,6 +358,9 @@ class MetricsServer:
                 elif path == "/healthz":
                     ok = healthz() if healthz is not None else True
                     self._reply(200 if ok else 503, b"ok\n" if ok else b"unhealthy\n")
+                elif path == "/readyz":
+                    ok = readyz() if readyz is not None else True
+                    self._reply(200 if ok else 503, b"ok\n" if ok else b"not ready\n")
                 else:
                     self._reply(404, b"not found\n")
 

@@ -106,6 +106,8 @@ def test_agent_syncs_at_start_and_on_health_change(
     port = a.metrics_server.port if a.metrics_server else 0
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as r:
         assert r.status == 200
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as r:
+        assert r.status == 200  # the node is reported
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
         text = r.read().decode()
     assert 'koordlet_gpu_healthy{minor="1",model="L4",node="node-1",uuid="GPU-1"} 0.0' in text

@@ -163,6 +163,38 @@ def test_healthz(
     assert _get(served[0] + "/healthz")[::2] == (status, body)
 
 
+def test_metrics_have_no_created_series(served: tuple[str, KoordletMetrics]) -> None:
+    """Like every Kubernetes component (and koord-scheduler), no ``*_created`` samples: they
+    double the series of every counter and histogram for nothing a dashboard reads."""
+    url, metrics = served
+    metrics.sync_done("created")
+    text = _get(url + "/metrics")[2]
+    assert 'koordlet_device_sync_total{result="created"} 1.0' in text
+    assert "_created" not in text.replace('result="created"', "")
+
+
+@pytest.mark.parametrize(
+    ("ready", "status", "body"),
+    [
+        pytest.param(True, 200, "ok\n", id="reporting"),
+        pytest.param(False, 503, "not ready\n", id="cannot-report"),
+    ],
+)
+def test_readyz_says_whether_the_agent_can_report(
+    fake: FakeLibrary, ready: bool, status: int, body: str
+) -> None:
+    server = MetricsServer(
+        CollectorRegistry(), ("127.0.0.1", 0), healthz=lambda: True, readyz=lambda: ready
+    )
+    server.start()
+    try:
+        url = f"http://127.0.0.1:{server.port}"
+        assert _get(url + "/readyz")[::2] == (status, body)
+        assert _get(url + "/healthz")[::2] == (200, "ok\n")  # alive either way
+    finally:
+        server.stop()
+
+
 def test_unknown_path_is_404(served: tuple[str, KoordletMetrics]) -> None:
     assert _get(served[0] + "/nope")[0] == 404
 
