@@ -86,6 +86,8 @@ def _load(body: bytes) -> Mapping[str, Any]:
         obj = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ExtenderRequestError(f"request body is not JSON: {exc}") from None
+    except RecursionError:  # a hostile body: [[[[...]]]] 100,000 deep
+        raise ExtenderRequestError("request body is JSON nested too deeply") from None
     if not isinstance(obj, dict):
         raise ExtenderRequestError("request body must be a JSON object")
     return obj

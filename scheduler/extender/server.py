@@ -59,6 +59,15 @@ class Answer:
     content_type: str = JSON
 
 
+class _Server(ThreadingHTTPServer):
+    """One thread per connection (kube-scheduler keeps its connections alive), a listen
+    backlog for kube-scheduler's many goroutines at once (the default of 5 reset
+    connections under 64 concurrent binds); bodies are bounded by ``MAX_BODY``."""
+
+    daemon_threads = True
+    request_queue_size = 1024
+
+
 class ExtenderServer:
     def __init__(
         self,
@@ -90,8 +99,7 @@ class ExtenderServer:
             def log_message(self, format: str, *args: object) -> None:
                 pass
 
-        self._httpd = ThreadingHTTPServer((address, port), Handler)
-        self._httpd.daemon_threads = True
+        self._httpd = _Server((address, port), Handler)
         self._thread: threading.Thread | None = None
 
     @property

@@ -120,3 +120,44 @@ def test_a_bind_for_a_uid_re_created_since_its_filter_answers_an_error() -> None
     )
     assert r.cluster.binds == 0
     assert not r.cluster.pods["default/p"].node_name
+
+
+def test_json_nested_too_deep_is_a_400_not_a_500() -> None:
+    with serving() as (_, url):
+        deep = b"[" * 100_000 + b"]" * 100_000
+        code, body = call(url + "/filter", raw=deep)
+        assert code == 400, body
+        assert b"nested too deeply" in body
+
+
+def test_many_concurrent_clients_are_all_answered() -> None:
+    """kube-scheduler sends filter/bind from many goroutines at once: 64 clients connecting
+    together must all be answered (a listen backlog of 5 reset 37 of 64 connections)."""
+    import socket
+    import threading
+
+    with serving() as (_, url):
+        port = int(url.rsplit(":", 1)[1])
+        start = threading.Barrier(64)
+        answers: list[bytes] = []
+        failures: list[str] = []
+
+        def client() -> None:
+            try:
+                start.wait(10)
+                with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+                    s.sendall(b"GET /version HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                    data = b""
+                    while chunk := s.recv(4096):
+                        data += chunk
+                answers.append(data)
+            except OSError as exc:
+                failures.append(repr(exc))
+
+        threads = [threading.Thread(target=client) for _ in range(64)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert not failures, failures[:5]
+        assert len(answers) == 64 and all(a.startswith(b"HTTP/1.1 200") for a in answers)
