@@ -20,6 +20,14 @@ Scenarios (``--duration`` scales the first three; ``--quick`` is the short test 
   thousands of grants): token grant latency p99 < 2 ms, measured by the server (request
   servable -> grant sent); the clients' end-to-end figure (token free -> grant received,
   including the OS waking the client) is printed beside it.
+- faults: three greedy pods (0.45 / 0.3 / 0.2) beside hostile ones on the same card: one
+  opens 400 connections as Gemini's hook library does (one request each, never closed), one
+  allocates GPU memory on one connection and frees it on another, over and over, and one has an
+  invalid share (gpu-core -50), with the server's file descriptors limited to 256 (a node's
+  1,024, scaled down): each greedy pod keeps at least its request (-5 %), the
+  memory frees count pod-wide (no allocation refused under the pod's limit), the invalid pod
+  is refused alone, and the flood's connections are all accepted (the server closes the
+  idle ones beyond its per-pod bound).
 
 Usage (from the repository root):
 
@@ -63,6 +71,9 @@ class PodPlan:
     limit: float
     burst_ms: tuple[float, float]
     idle_s: tuple[float, float] | None = None  # (from, to) seconds into the run
+    role: str = "busy"
+    """busy (the Gemini client loop), flood (connections), memfree (memory across
+    connections), bad (an invalid share: refused when the server is given it)."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +82,8 @@ class Scenario:
     pods: tuple[PodPlan, ...]
     duration_s: float
     config: SchedulerConfig = field(default_factory=SchedulerConfig)
+    fd_limit: int = 0
+    """The server process's RLIMIT_NOFILE (0: as inherited): a node's 1,024, scaled down."""
 
 
 @dataclass
@@ -79,25 +92,43 @@ class Trace:
 
     bursts: list[tuple[float, float]] = field(default_factory=list)
     asks: list[tuple[float, float, float]] = field(default_factory=list)  # sent, received, quota
+    connections: int = 0
+    failures: list[str] = field(default_factory=list)
+    refused: int = 0  # allocations refused
 
 
 # -- the server, in its own process -------------------------------------------------------------
 
 
 def _serve(
-    pods: list[FairSharePod], config: SchedulerConfig, conn: Connection, nice: int = 0
+    pods: list[FairSharePod],
+    config: SchedulerConfig,
+    conn: Connection,
+    nice: int = 0,
+    fd_limit: int = 0,
 ) -> None:
+    import resource
+
     import structlog
 
     if nice:
         os.nice(nice)  # negative (a higher CPU priority) needs root
+    if fd_limit:
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (fd_limit, hard))
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     latencies: list[float] = []
     server = FairShareServer(FairShareConfig(scheduler=config), on_grant=latencies.append)
     server.start()
     try:
-        conn.send({p.uid: server.ensure(p) for p in pods})
+        endpoints: dict[str, Any] = {}
+        for p in pods:
+            try:
+                endpoints[p.uid] = server.ensure(p)
+            except Exception as exc:  # an invalid pod: refused alone
+                endpoints[p.uid] = f"refused: {exc}"
+        conn.send(endpoints)
         conn.recv()  # stop
         conn.send((latencies, server.protocol_errors))
     finally:
@@ -138,6 +169,64 @@ def _pod_loop(
             history.append((b1, (b1 - b0) * 1000))
 
 
+FLOOD_CONNECTIONS = 400
+MEMFREE_BYTES = 700 << 20
+
+
+def _flood_loop(plan: PodPlan, ep: Any, t0: float, end: float, out: Trace) -> None:
+    """Gemini's hook library: a new connection per request, never closed."""
+    held: list[GeminiClient] = []
+    gap = (end - t0) / 2 / FLOOD_CONNECTIONS
+    while time.monotonic() < t0:
+        time.sleep(0.01)
+    try:
+        for _ in range(FLOOD_CONNECTIONS):
+            if time.monotonic() >= end:
+                break
+            try:
+                client = GeminiClient(ep.manager_ip, ep.manager_port, ep.client_name, 10)
+                held.append(client)
+                client.mem_limit()
+                out.connections += 1
+            except Exception as exc:  # closed by the server (beyond its bound) is fine
+                if out.connections == len(held) - 1:
+                    out.connections += 1  # connected; its one request was cut off
+                else:
+                    out.failures.append(repr(exc))
+            time.sleep(gap)
+        while time.monotonic() < end:
+            time.sleep(0.05)
+    finally:
+        for c in held:
+            c.close()
+
+
+def _memfree_loop(plan: PodPlan, ep: Any, t0: float, end: float, out: Trace) -> None:
+    """Allocate on one connection, free on the next, allocate on a third, ... (each closed
+    only at the end): the pod holds at most one allocation, well under its 1 GiB limit."""
+    held: list[GeminiClient] = []
+    while time.monotonic() < t0:
+        time.sleep(0.01)
+    try:
+        allocate = True
+        while time.monotonic() < end and len(held) < 40:
+            client = GeminiClient(ep.manager_ip, ep.manager_port, ep.client_name, 10)
+            held.append(client)
+            out.connections += 1
+            if not client.mem_update(MEMFREE_BYTES, allocate) and allocate:
+                out.refused += 1
+            allocate = not allocate
+            time.sleep(0.1)
+    except Exception as exc:
+        out.failures.append(repr(exc))
+    finally:
+        for c in held:
+            c.close()
+
+
+_LOOPS = {"flood": _flood_loop, "memfree": _memfree_loop}
+
+
 def run(
     scenario: Scenario, seed: int = 1, nice: int = 0
 ) -> tuple[dict[str, Trace], float, list[float], int]:
@@ -150,21 +239,27 @@ def run(
     ]
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_serve, args=(pods, scenario.config, child, nice), daemon=True)
+    proc = ctx.Process(
+        target=_serve, args=(pods, scenario.config, child, nice, scenario.fd_limit), daemon=True
+    )
     proc.start()
     endpoints = parent.recv()
     gpu = threading.Lock()
     traces = {p.name: Trace() for p in scenario.pods}
     t0 = time.monotonic() + 0.2
     end = t0 + scenario.duration_s
-    threads = [
-        threading.Thread(
-            target=_pod_loop,
-            args=(p, endpoints[f"uid-{p.name}"], gpu, t0, end, seed * 1000 + i, traces[p.name]),
-            daemon=True,
-        )
-        for i, p in enumerate(scenario.pods)
-    ]
+    threads = []
+    for i, p in enumerate(scenario.pods):
+        ep = endpoints[f"uid-{p.name}"]
+        if isinstance(ep, str):  # refused by the server
+            traces[p.name].failures.append(ep)
+            continue
+        if p.role in _LOOPS:
+            args: tuple[Any, ...] = (p, ep, t0, end, traces[p.name])
+            threads.append(threading.Thread(target=_LOOPS[p.role], args=args, daemon=True))
+            continue
+        args = (p, ep, gpu, t0, end, seed * 1000 + i, traces[p.name])
+        threads.append(threading.Thread(target=_pod_loop, args=args, daemon=True))
     for t in threads:
         t.start()
     for t in threads:
@@ -245,12 +340,21 @@ def scenarios(duration: float, quick: bool) -> list[Scenario]:
         PodPlan("c-0.2-cap", 0.2, 0.2, (10.0, 50.0) if not quick else (2.0, 8.0)),
     )
     many = tuple(PodPlan(f"p{i:02d}", 1 / 16, 1.0, (1.0, 5.0)) for i in range(16))
+    faults = (
+        PodPlan("a-0.45", 0.45, 1.0, trio[0].burst_ms),
+        PodPlan("b-0.3", 0.3, 1.0, burst),
+        PodPlan("c-0.2", 0.2, 1.0, tiny),
+        PodPlan("h-flood", 0.025, 1.0, burst, role="flood"),
+        PodPlan("h-memfree", 0.025, 1.0, burst, role="memfree"),
+        PodPlan("x-bad", -0.5, 1.0, burst, role="bad"),
+    )
     return [
         Scenario("fair", trio, d, cfg),
         Scenario("idle", idle, d, cfg),
         Scenario("limit", limit, d, cfg),
         # short quotas: many grants (about 50 per second), so the p99 rests on many samples
         Scenario("latency", many, d / 2 if not quick else d, fast),
+        Scenario("faults", faults, d, cfg, fd_limit=256),
     ]
 
 
@@ -347,6 +451,29 @@ def evaluate(
                 )
             )
             got, util = shares(traces, t0, end)
+            rows.append(
+                (sc.name, "utilisation", f"{util:.3f}", util >= (0.95 if not quick else 0.5))
+            )
+        elif sc.name == "faults":
+            got, util = shares(traces, t0, end)
+            for p in sc.pods:
+                tr = traces[p.name]
+                if p.role == "busy":
+                    floor = p.request * (0.95 if not quick else 0.5)
+                    value = f"{got[p.name]:.3f} (request {p.request})"
+                    rows.append((sc.name, f"share {p.name}", value, got[p.name] >= floor))
+                elif p.role == "flood":
+                    value = f"{tr.connections} of {FLOOD_CONNECTIONS}, {len(tr.failures)} failed"
+                    ok = tr.connections == FLOOD_CONNECTIONS and not tr.failures
+                    rows.append((sc.name, "flood connections accepted", value, ok))
+                elif p.role == "memfree":
+                    value = f"{tr.refused} of {tr.connections // 2} refused"
+                    ok = tr.refused == 0 and tr.connections > 2 and not tr.failures
+                    rows.append((sc.name, "allocations after a free elsewhere", value, ok))
+                else:
+                    refused = bool(tr.failures) and tr.failures[0].startswith("refused")
+                    value = tr.failures[0][:50] if tr.failures else "served"
+                    rows.append((sc.name, f"{p.name} refused alone", value, refused))
             rows.append(
                 (sc.name, "utilisation", f"{util:.3f}", util >= (0.95 if not quick else 0.5))
             )
