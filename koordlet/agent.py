@@ -20,6 +20,9 @@ Invariants:
 - Every sync pass's pod list refreshes the runtime hook's ``PodCache``.
 - ``deny`` (a container started without GPUs) counts the denial and queues a Warning event
   on the pod; it never blocks.
+- Node-side GPU admission (``koordlet.admission``): every pod list feeds ``admission``; a pod
+  it refuses is counted, gets a Warning event ``GPUOvercommit`` and its status is set
+  ``Failed`` (reason ``GPUOvercommit``) off the RPC's thread, when a ``status_api`` is given.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from prometheus_client import CollectorRegistry
 
 from apis.checkpoint import PodDeviceEntry
 from apis.device import Device
+from koordlet.admission import POD_REASON, GPUAdmission, PodFailer, PodStatusAPI, Refusal, gpu_cards
 from koordlet.checkpoint import DEFAULT_KUBELET_ROOT, CheckpointReader
 from koordlet.checkpointwatch import CheckpointWatcher
 from koordlet.deviceids import normalize_entries
@@ -149,6 +153,7 @@ class Agent:
         event_api: EventAPI | None = None,
         watch_checkpoint: bool = True,
         gpu_resources: GPUResourceNames = DEFAULT_GPU_RESOURCES,
+        status_api: PodStatusAPI | None = None,
     ) -> None:
         self.node_name = node_name
         self.sync_interval_s = sync_interval_s
@@ -157,6 +162,10 @@ class Agent:
         self.checkpoint = CheckpointReader(kubelet_root, on_error=self.metrics.checkpoint_error)
         self.pods = PodCache(pod_getter)
         self.events = EventRecorder(event_api, node_name) if event_api is not None else None
+        self.pod_failer = PodFailer(status_api) if status_api is not None else None
+        self.admission = GPUAdmission(
+            lambda: gpu_cards(self.inventory.gpus), on_refused=self._refused
+        )
         self.syncer = DeviceSyncer(
             api,
             node_name,
@@ -201,6 +210,7 @@ class Agent:
 
     def _pods_listed(self, pods: NodePods, listed_at: float) -> None:
         self.pods.replace(pods.records.values(), listed_at)
+        self.admission.observe(pods.records.values(), listed_at)
         self.hot_devices.retain(pods.uids, listed_at)
 
     def kubelet_devices(self, pod_uid: str, container: str, device_ids: tuple[str, ...]) -> None:
@@ -220,6 +230,15 @@ class Agent:
                 "GPUAllocationNotServed",
                 f"container {container!r} started without GPUs ({reason}): {message}",
             )
+
+    def _refused(self, refusal: Refusal) -> None:
+        """A pod refused at the node: count it, post an event, set it Failed (never blocks)."""
+        self.metrics.admission_refusal()
+        message = f"Pod was rejected by the node's GPU admission: {refusal.message}"
+        if self.events is not None:
+            self.events.warn(refusal.namespace, refusal.name, refusal.uid, POD_REASON, message)
+        if self.pod_failer is not None:
+            self.pod_failer.fail(refusal.namespace, refusal.name, refusal.uid, POD_REASON, message)
 
     def healthy(self) -> bool:
         """``/healthz``: the sync loop is alive."""
@@ -249,6 +268,9 @@ class Agent:
             if self.events is not None:
                 self.events.start()
                 self._started.append(self.events.stop)
+            if self.pod_failer is not None:
+                self.pod_failer.start()
+                self._started.append(self.pod_failer.stop)
             if self.checkpoint_watcher is not None:
                 self.checkpoint_watcher.start()
                 self._started.append(self.checkpoint_watcher.stop)

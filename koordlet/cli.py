@@ -203,6 +203,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         pod_getter=api,
         event_api=api,
         gpu_resources=gpu_resources,
+        status_api=api,
     )
     fairshare = _fairshare(args, node_name, api, registry, agent_ref, interval)
     if fairshare is not None:
@@ -220,6 +221,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         pods=agent.pods,
         on_denied=agent.deny,
         on_kubelet_devices=agent.kubelet_devices,
+        admission=agent.admission,
     )
     if hooks is not None:
         agent.add_service(hooks)

@@ -14,7 +14,9 @@ its socket. An empty socket path disables the hook server.
 With ``pods`` (the agent's ``PodCache``) the GPU hook works per container and fails closed;
 this module adapts the agent to the hooks' ports (``runtimehooks.ports``): the cache's
 records become ``PodSpec``s, ``PodMissing``/``PodUnavailable`` become ``PodLookupError``s,
-denials go to ``on_denied`` and device-plugin ids to ``on_kubelet_devices``.
+denials go to ``on_denied``, device-plugin ids to ``on_kubelet_devices``, and with
+``admission`` (the agent's ``GPUAdmission``) the GPU hook admits a pod at the node before its
+containers see its cards.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any, Final
 import structlog
 
 from apis.fairshare import DefaultLimit
+from koordlet.admission import ADMITTED, GPUAdmission
 from koordlet.fairshare.pods import FairSharePod
 from koordlet.fairshare.server import FairShareServer
 from koordlet.pods import PodCache, PodMissing, PodUnavailable
@@ -54,13 +57,17 @@ OnKubeletDevices = Callable[[str, str, tuple[str, ...]], None]
 
 
 def _hook_ports(
-    pods: PodCache, on_denied: OnDenied | None, on_kubelet_devices: OnKubeletDevices | None
+    pods: PodCache,
+    on_denied: OnDenied | None,
+    on_kubelet_devices: OnKubeletDevices | None,
+    admission: GPUAdmission | None = None,
 ) -> dict[str, Any]:
     """The runtimehooks ports over the agent's parts (imports runtimehooks lazily)."""
     from runtimehooks.context import PodMeta
     from runtimehooks.ports import (
         REASON_POD_LOOKUP_ERROR,
         REASON_POD_NOT_FOUND,
+        AdmissionRefused,
         ContainerKind,
         ContainerSpec,
         Denial,
@@ -94,7 +101,21 @@ def _hook_ports(
             if on_kubelet_devices is not None:
                 on_kubelet_devices(pod.uid, container, ids)
 
-    return {"pods": Pods(), "denials": Denials(), "kubelet_devices": KubeletDevices()}
+    class Admission:
+        def admit(self, pod: PodMeta, allocation: str) -> None:
+            assert admission is not None
+            verdict = admission.decide(pod.uid, pod.namespace, pod.name, allocation)
+            if verdict.outcome != ADMITTED:
+                raise AdmissionRefused(verdict.outcome, verdict.message)
+
+    ports: dict[str, Any] = {
+        "pods": Pods(),
+        "denials": Denials(),
+        "kubelet_devices": KubeletDevices(),
+    }
+    if admission is not None:
+        ports["admission"] = Admission()
+    return ports
 
 
 class HookServiceError(Exception):
@@ -157,13 +178,16 @@ class HookService:
         pods: PodCache | None = None,
         on_denied: OnDenied | None = None,
         on_kubelet_devices: OnKubeletDevices | None = None,
+        admission: GPUAdmission | None = None,
     ) -> None:
         from runtimehooks.hooks import new_default_registry
         from runtimehooks.hooks.gpu import GPUHookOptions
 
         self.socket_path = Path(socket_path)
         self.hook_dir = Path(hook_dir) if os.fspath(hook_dir) else None
-        ports = _hook_ports(pods, on_denied, on_kubelet_devices) if pods is not None else {}
+        ports = (
+            _hook_ports(pods, on_denied, on_kubelet_devices, admission) if pods is not None else {}
+        )
         self.registry = new_default_registry(
             GPUHookOptions(visible_devices_by=visible_devices_by),  # type: ignore[arg-type]
             observer=_Observer(observe),
@@ -220,6 +244,7 @@ def hook_service(
     pods: PodCache | None = None,
     on_denied: OnDenied | None = None,
     on_kubelet_devices: OnKubeletDevices | None = None,
+    admission: GPUAdmission | None = None,
 ) -> HookService | None:
     """The hook service, or None when disabled (empty socket) or unavailable (logged)."""
     if not socket_path:
@@ -235,6 +260,7 @@ def hook_service(
             pods=pods,
             on_denied=on_denied,
             on_kubelet_devices=on_kubelet_devices,
+            admission=admission,
         )
     except ImportError as exc:
         log.warning("runtime hook server unavailable: running without it", error=str(exc))

@@ -234,6 +234,19 @@ class KubeNodeAPI:
         except ApiError as exc:
             raise PodUnavailable(f"reading pod {namespace}/{name} failed: {exc}") from None
 
+    def fail_pod(self, namespace: str, name: str, uid: str, reason: str, message: str) -> None:
+        """``koordlet.admission.PodStatusAPI``: merge-patch the pod's status to phase
+        ``Failed`` (as kubelet admission does), only while it is still the pod ``uid``."""
+        self._request(
+            "PATCH",
+            f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}/status",
+            body={
+                "metadata": {"uid": uid},
+                "status": {"phase": "Failed", "reason": reason, "message": message},
+            },
+            content_type=_MERGE_PATCH,
+        )
+
     def create_event(self, event: Mapping[str, Any]) -> None:
         """``koordlet.events.EventAPI``: POST a core/v1 Event into its namespace."""
         namespace = str((event.get("metadata") or {}).get("namespace") or "default")

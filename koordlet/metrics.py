@@ -89,6 +89,12 @@ class KoordletMetrics:
             ["reason"],
             registry=registry,
         )
+        self.admission_refused = Counter(
+            "koordlet_gpu_admission_refused",
+            "Pods refused at the node because their GPU shares would over-commit a card "
+            "beside the pods already admitted (set Failed, reason GPUOvercommit).",
+            registry=registry,
+        )
 
         self.build_info = Gauge(
             "koordlet_build_info",
@@ -101,6 +107,10 @@ class KoordletMetrics:
     def hook_denial(self, reason: str) -> None:
         """Count one container the GPU hook started without GPUs."""
         self.hook_denied.labels(reason=reason).inc()
+
+    def admission_refusal(self) -> None:
+        """Count one pod refused at the node (GPU over-commit)."""
+        self.admission_refused.inc()
 
     def sync_done(self, result: str) -> None:
         """``koordlet.sync.SyncObserver``: count one sync pass."""

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
+from apis.allocation import ANNOTATION_DEVICE_ALLOCATED
 from apis.quantity import Quantity, QuantityError, int_value
 from apis.resources import DEVICE_GPU, DEVICE_RESOURCE_NAMES
 
@@ -66,6 +67,24 @@ class PodRecord:
     namespace: str = ""
     name: str = ""
     containers: tuple[ContainerRecord, ...] = ()
+    allocation: str | None = None
+    """The ``device-allocated`` annotation's text (None: the pod has none)."""
+    created: str = ""
+    """``metadata.creationTimestamp`` as written (RFC 3339, UTC: sorts as text)."""
+    started: bool = False
+    """A container of the pod was created: phase ``Running``, or a (init) container status
+    that is running or terminated (node admission learns these pods as admitted)."""
+
+
+def _started(status: Mapping[str, Any]) -> bool:
+    if status.get("phase") == "Running":
+        return True
+    for key in ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses"):
+        for cs in status.get(key) or []:
+            state = (cs or {}).get("state") or {}
+            if "running" in state or "terminated" in state:
+                return True
+    return False
 
 
 def _gpu_requests(container: Mapping[str, Any]) -> dict[str, int]:
@@ -98,11 +117,16 @@ def decode_pod_record(obj: Mapping[str, Any]) -> PodRecord:
         containers.append(
             ContainerRecord(str(c.get("name") or ""), CONTAINER_APP, _gpu_requests(c))
         )
+    annotations = meta.get("annotations") or {}
+    allocation = annotations.get(ANNOTATION_DEVICE_ALLOCATED)
     return PodRecord(
         uid=str(meta.get("uid") or ""),
         namespace=str(meta.get("namespace") or ""),
         name=str(meta.get("name") or ""),
         containers=tuple(containers),
+        allocation=allocation if isinstance(allocation, str) else None,
+        created=str(meta.get("creationTimestamp") or ""),
+        started=_started(obj.get("status") or {}),
     )
 
 

@@ -1,5 +1,5 @@
-"""What the hooks need from the node agent: the pod's spec, and where denials and kubelet
-devices go.
+"""What the hooks need from the node agent: the pod's spec, its node-side GPU admission, and
+where denials and kubelet devices go.
 
 Role: the ports between the pure hooks (``runtimehooks/hooks/``) and the agent that serves
 them (``koordlet.hookserver`` adapts the agent's pod cache, metrics, events and Device CR
@@ -11,6 +11,8 @@ Invariants:
 - ``PodSource.pod_spec`` answers the pod of the request *by uid*: a pod re-created under the
   same name is a different pod, and the answer then is ``PodLookupError`` (never the new
   pod's spec).  It blocks at most its own bounded timeout.
+- ``PodAdmission.admit`` answers at once for a pod it has decided (admitted pods stay
+  admitted, refused pods stay refused) and blocks at most its own bounded wait otherwise.
 - ``DenialSink.denied`` and ``KubeletDeviceSink.container_devices`` must not block: they are
   called on the RPC's thread (count, queue, return).
 """
@@ -25,15 +27,19 @@ from typing import Final, Protocol
 from runtimehooks.context import PodMeta
 
 __all__ = [
+    "REASON_ADMISSION_NOT_READY",
+    "REASON_GPU_OVERCOMMIT",
     "REASON_INTERNAL_ERROR",
     "REASON_INVALID_ALLOCATION",
     "REASON_POD_LOOKUP_ERROR",
     "REASON_POD_NOT_FOUND",
+    "AdmissionRefused",
     "ContainerKind",
     "ContainerSpec",
     "Denial",
     "DenialSink",
     "KubeletDeviceSink",
+    "PodAdmission",
     "PodLookupError",
     "PodSource",
     "PodSpec",
@@ -43,6 +49,10 @@ REASON_INVALID_ALLOCATION: Final = "invalid-allocation"
 REASON_POD_NOT_FOUND: Final = "pod-not-found"
 REASON_POD_LOOKUP_ERROR: Final = "pod-lookup-error"
 REASON_INTERNAL_ERROR: Final = "internal-error"
+REASON_GPU_OVERCOMMIT: Final = "gpu-overcommit"
+"""The pod's cards do not fit beside the pods the node already admitted."""
+REASON_ADMISSION_NOT_READY: Final = "admission-not-ready"
+"""The agent has not yet learned the node's running pods (no pod list since it started)."""
 
 
 class ContainerKind(StrEnum):
@@ -94,6 +104,23 @@ class PodSource(Protocol):
 
     def pod_spec(self, pod: PodMeta) -> PodSpec:
         """The pod whose uid is ``pod.uid``; raises ``PodLookupError``."""
+        ...
+
+
+class AdmissionRefused(Exception):
+    """The node refuses the pod its cards; ``reason`` is a denial reason."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        self.reason = reason
+        super().__init__(message)
+
+
+class PodAdmission(Protocol):
+    """The node's GPU admission: may this pod's containers see the cards its
+    ``device-allocated`` annotation names?"""
+
+    def admit(self, pod: PodMeta, allocation: str) -> None:
+        """Returns when the pod is admitted (now or before); raises ``AdmissionRefused``."""
         ...
 
 

@@ -14,7 +14,7 @@ from runtimehooks.hooks.fairshare import HOOK_NAME as FAIRSHARE_HOOK_NAME
 from runtimehooks.hooks.fairshare import FairShareHook
 from runtimehooks.hooks.gpu import HOOK_NAME as GPU_HOOK_NAME
 from runtimehooks.hooks.gpu import GPUHook, GPUHookOptions
-from runtimehooks.ports import DenialSink, KubeletDeviceSink, PodSource
+from runtimehooks.ports import DenialSink, KubeletDeviceSink, PodAdmission, PodSource
 from runtimehooks.registry import FailurePolicy, HookObserver, HookRegistry, Stage
 
 __all__ = ["new_default_registry"]
@@ -29,11 +29,14 @@ def new_default_registry(
     pods: PodSource | None = None,
     denials: DenialSink | None = None,
     kubelet_devices: KubeletDeviceSink | None = None,
+    admission: PodAdmission | None = None,
 ) -> HookRegistry:
     """A registry with the default hooks: the GPU hook at PreCreateContainer (per container
     and failing closed when ``pods`` is given, see ``runtimehooks.hooks.gpu``)."""
     registry = HookRegistry(observer=observer)
-    hook = GPUHook(gpu, pods=pods, denials=denials, kubelet_devices=kubelet_devices)
+    hook = GPUHook(
+        gpu, pods=pods, denials=denials, kubelet_devices=kubelet_devices, admission=admission
+    )
     registry.register_container_hook(Stage.PRE_CREATE_CONTAINER, GPU_HOOK_NAME, hook, gpu_policy)
     if fairshare is not None:  # fail closed: an opted-in pod is never run unthrottled
         registry.register_container_hook(

@@ -33,6 +33,10 @@ Invariants:
   container with ``NVIDIA_VISIBLE_DEVICES=void``, logs one warning line naming the pod and the
   reason, and reports a ``Denial``.  (The proxy's failure policy is Ignore: an error reply
   would start the container unchanged, i.e. with the image's ``NVIDIA_VISIBLE_DEVICES=all``.)
+- Node-side admission (``PodAdmission``, when wired): before a container is handed any card,
+  the pod is admitted by the node; a refused pod's containers get ``void`` (denial reason
+  ``gpu-overcommit`` or ``admission-not-ready``), like every other failure.  Containers that
+  get no card (``void`` anyway) do not ask.
 - A pod without ``device-allocated`` is echoed unchanged; when its container is created with
   device-plugin GPU ids in ``NVIDIA_VISIBLE_DEVICES`` they are reported to the
   ``KubeletDeviceSink`` (the kubelet handed those cards out; SPEC section 8).
@@ -61,9 +65,11 @@ from runtimehooks.hooks.split import ALIYUN_GPU_MEM, container_share
 from runtimehooks.ports import (
     REASON_INTERNAL_ERROR,
     REASON_INVALID_ALLOCATION,
+    AdmissionRefused,
     Denial,
     DenialSink,
     KubeletDeviceSink,
+    PodAdmission,
     PodLookupError,
     PodSource,
 )
@@ -255,6 +261,10 @@ def device_plugin_ids(envs: Mapping[str, str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(p.strip() for p in value.split(",") if p.strip()))
 
 
+def _hands_out_cards(delta: Mapping[str, str]) -> bool:
+    return delta.get(ENV_NVIDIA_VISIBLE_DEVICES, NO_GPU) != NO_GPU
+
+
 class GPUHook:
     """The PreCreateContainer hook: ``ctx`` with the GPU environment set.
 
@@ -270,9 +280,11 @@ class GPUHook:
         pods: PodSource | None = None,
         denials: DenialSink | None = None,
         kubelet_devices: KubeletDeviceSink | None = None,
+        admission: PodAdmission | None = None,
     ) -> None:
         self.options = options if options is not None else GPUHookOptions()
         self._pods = pods
+        self._admission = admission
         self._denials = denials
         self._kubelet_devices = kubelet_devices
 
@@ -286,7 +298,12 @@ class GPUHook:
                 delta = gpu_env_delta(ctx.pod_annotations, ctx.pod_labels, self.options)
             else:
                 delta = container_env_delta(ctx, self._pods, self.options)
+            if self._admission is not None and _hands_out_cards(delta):
+                allocation = ctx.pod_annotations[ANNOTATION_DEVICE_ALLOCATED]
+                self._admission.admit(ctx.pod_meta, allocation)
             return ctx.with_envs(delta)
+        except AdmissionRefused as err:
+            return self._deny(ctx, err.reason, str(err))
         except HookInputError as err:
             return self._deny(ctx, REASON_INVALID_ALLOCATION, str(err))
         except PodLookupError as err:

@@ -268,3 +268,52 @@ def test_denials_are_counted_and_posted_as_events(fake: FakeLibrary, tmp_path: P
         "koordlet_runtime_hook_denied_total", {"reason": "pod-not-found"}
     )
     assert value == 1.0
+
+
+def test_a_pod_over_committing_a_running_pod_card_is_refused_failed_and_counted(
+    fake: FakeLibrary, tmp_path: Path
+) -> None:
+    from koordlet.pods import PodRecord
+    from koordlet.reporter import NodePods
+
+    whole = (
+        '{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100",'
+        '"koordinator.sh/gpu-memory-ratio":"100","koordinator.sh/gpu-memory":"24Gi"}}]}'
+    )
+    half = whole.replace('"100"', '"50"').replace("24Gi", "12Gi")
+
+    class Cluster:
+        def __init__(self) -> None:
+            self.posted: list[dict[str, object]] = []
+            self.failed: list[tuple[str, ...]] = []
+
+        def create_event(self, event: dict[str, object]) -> None:
+            self.posted.append(event)
+
+        def fail_pod(self, namespace: str, name: str, uid: str, reason: str, message: str) -> None:
+            self.failed.append((namespace, name, uid, reason, message))
+
+    api, cluster, registry = FakeNodeAPI(), Cluster(), CollectorRegistry()
+    api.add_node("node-1")
+    running = PodRecord("uid-a", "ns", "a", allocation=whole, started=True)  # before the agent
+    api.pods = NodePods(uids=frozenset({"uid-a"}), allocated=frozenset({"uid-a"}),
+                        records={"uid-a": running})  # fmt: skip
+    a = Agent(node_name="node-1", library=fake, api=api, registry=registry, sync_interval_s=3600,
+              kubelet_root=tmp_path, event_api=cluster, status_api=cluster,
+              watch_checkpoint=False)  # fmt: skip
+    a.start()
+    try:
+        _wait_for(lambda: a.admission.ready)
+        assert a.admission.decide("uid-b", "ns", "b", half).outcome == "gpu-overcommit"
+        assert a.admission.decide("uid-c", "ns", "c", half.replace('"minor":0', '"minor":1')
+                                  ).outcome == "admitted"  # fmt: skip
+        _wait_for(lambda: len(cluster.failed) == 1 and len(cluster.posted) == 1)
+    finally:
+        a.stop()
+    ns, name, uid, reason, message = cluster.failed[0]
+    assert (ns, name, uid, reason) == ("ns", "b", "uid-b", "GPUOvercommit")
+    assert "GPU 0 would be over-committed" in message and "ns/a" in message
+    event = cluster.posted[0]
+    assert (event["reason"], event["type"]) == ("GPUOvercommit", "Warning")
+    assert event["message"] == message
+    assert registry.get_sample_value("koordlet_gpu_admission_refused_total") == 1.0

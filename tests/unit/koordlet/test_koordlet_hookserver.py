@@ -349,3 +349,39 @@ def test_without_the_pod_cache_a_bad_allocation_is_still_closed(
         assert resp.container_envs["PATH"] == "/usr/bin"
     finally:
         service.stop()
+
+
+def test_two_pods_on_one_card_only_the_first_sees_it(short_dir: Path) -> None:
+    from koordlet.admission import GPUAdmission, Refusal, gpu_cards
+    from koordlet.devices.library import GPU
+
+    sock = short_dir / "koordlet.sock"
+    pods = [PodRecord(uid=f"uid-{n}", namespace="default", name=n,
+                      containers=(ContainerRecord("cuda", "app", {"koordinator.sh/gpu-core": 60}),))
+            for n in ("p", "q")]  # fmt: skip
+    refused: list[Refusal] = []
+    admission = GPUAdmission(
+        lambda: gpu_cards([GPU("GPU-1", 1, memory_total=80 << 30)]), on_refused=refused.append
+    )
+    admission.observe([], listed_at=0.0)
+    denials: list[tuple[str, ...]] = []
+    service = hook_service(socket_path=str(sock), hook_dir="", visible_devices_by="minor",
+                           observe=Observed(), pods=PodCache(Getter(*pods)),
+                           on_denied=lambda *args: denials.append(args),
+                           admission=admission)  # fmt: skip
+    assert service is not None
+    service.start()
+    try:
+        with grpc.insecure_channel(f"unix:{sock}") as channel:
+            stub = api_pb2_grpc.RuntimeHookServiceStub(channel)
+            seen = {}
+            for uid in ("uid-p", "uid-q", "uid-p"):  # p's second container is still admitted
+                req = _container_request("cuda", SHARED, uid)
+                req.pod_meta.name = uid.removeprefix("uid-")
+                resp = stub.PreCreateContainerHook(req, timeout=10)
+                seen[uid] = dict(resp.container_envs)["NVIDIA_VISIBLE_DEVICES"]
+    finally:
+        service.stop()
+    assert seen == {"uid-p": "1", "uid-q": "void"}
+    assert [(d[1], d[4]) for d in denials] == [("q", "gpu-overcommit")]
+    assert [(r.uid, r.name) for r in refused] == [("uid-q", "q")]

@@ -386,3 +386,69 @@ def test_a_malformed_gpushare_annotation_closes_the_container() -> None:
     out = hook(ctx_of("main", ann, labels={}))
     assert out.container_envs["NVIDIA_VISIBLE_DEVICES"] == NO_GPU
     assert "ALIYUN_COM_GPU_MEM_IDX" in recorder.denials[0].message
+
+
+# -- node-side admission (a PodAdmission wired, as koordlet run does) ----------------------------
+
+from runtimehooks.ports import (  # noqa: E402
+    REASON_ADMISSION_NOT_READY,
+    REASON_GPU_OVERCOMMIT,
+    AdmissionRefused,
+)
+
+
+class FakeAdmission:
+    """Admits the uids it is given; refuses every other pod with ``reason``."""
+
+    def __init__(self, *admit: str, reason: str = REASON_GPU_OVERCOMMIT) -> None:
+        self.admit_uids = set(admit)
+        self.reason = reason
+        self.asked: list[tuple[PodMeta, str]] = []
+
+    def admit(self, pod: PodMeta, allocation: str) -> None:
+        self.asked.append((pod, allocation))
+        if pod.uid not in self.admit_uids:
+            raise AdmissionRefused(self.reason, f"card 0 over-committed by {pod.name}")
+
+
+TRAIN = PodSpec("uid-1", (c("setup", INIT), c("main", core=60, ratio=60)))
+
+
+@pytest.mark.parametrize("reason", [REASON_GPU_OVERCOMMIT, REASON_ADMISSION_NOT_READY])
+def test_a_refused_pod_container_gets_no_gpu(reason: str) -> None:
+    rec, admission = Recorder(), FakeAdmission(reason=reason)
+    hook = GPUHook(pods=FakePods(TRAIN), denials=rec, admission=admission)
+    out = hook(ctx_of("main", SHARED, labels={}))
+    assert out.container_envs["NVIDIA_VISIBLE_DEVICES"] == NO_GPU
+    assert [(d.pod, d.container, d.reason) for d in rec.denials] == [(POD, "main", reason)]
+    assert "over-committed" in rec.denials[0].message
+    assert admission.asked == [(POD, SHARED["scheduling.koordinator.sh/device-allocated"])]
+
+
+def test_an_admitted_pod_container_gets_its_cards() -> None:
+    rec, admission = Recorder(), FakeAdmission("uid-1")
+    hook = GPUHook(pods=FakePods(TRAIN), denials=rec, admission=admission)
+    out = hook(ctx_of("main", SHARED, labels={}))
+    assert out.container_envs["NVIDIA_VISIBLE_DEVICES"] == "0,1"
+    assert rec.denials == []
+
+
+def test_a_container_that_gets_no_card_does_not_ask_admission() -> None:
+    admission = FakeAdmission()
+    hook = GPUHook(pods=FakePods(TRAIN), denials=Recorder(), admission=admission)
+    out = hook(ctx_of("setup", SHARED, labels={}))
+    assert out.container_envs["NVIDIA_VISIBLE_DEVICES"] == NO_GPU
+    assert admission.asked == []
+
+
+def test_a_failing_admission_closes_the_container() -> None:
+    class Broken:
+        def admit(self, pod: PodMeta, allocation: str) -> None:
+            raise RuntimeError("bug")
+
+    rec = Recorder()
+    out = GPUHook(pods=FakePods(TRAIN), denials=rec, admission=Broken())(
+        ctx_of("main", SHARED, labels={})
+    )
+    assert out.container_envs["NVIDIA_VISIBLE_DEVICES"] == NO_GPU
+    assert [d.reason for d in rec.denials] == [REASON_INTERNAL_ERROR]
