@@ -311,6 +311,13 @@ def _add_inspect(sub: Any) -> None:
         metavar="FILE",
         help="read objects from FILE instead of a cluster (repeatable)",
     )
+    insp.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "json", "yaml"),
+        default="table",
+        help="table (default), or the same content as JSON or YAML (gpu-memory in bytes)",
+    )
     insp.set_defaults(func=cmd_inspect)
 
 
