@@ -336,7 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
             "on an in-memory cluster, and report the placements."
         ),
     )
-    sim.add_argument("file", metavar="FILE", nargs="?", help="scenario YAML")
+    sim.add_argument("file", metavar="FILE", nargs="?", help="scenario YAML (-: standard input)")
     sim.add_argument("--config", metavar="CFG", help="KubeSchedulerConfiguration file")
     sim.add_argument(
         "-o",

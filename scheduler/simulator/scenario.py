@@ -12,6 +12,7 @@ one-line message names the file, the document (1-based) and the field — never 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,8 +59,21 @@ class Scenario:
         return [p for p in self.pods if not (p.get("spec") or {}).get("nodeName")]
 
 
+STDIN = "-"
+"""The path that means standard input (``koord-scheduler simulate -``)."""
+
+
 def load_scenario(path: str | os.PathLike[str]) -> Scenario:
+    """The scenario of the file ``path``, or of standard input for ``-`` (named ``<stdin>``
+    in messages)."""
     name = os.fspath(path)
+    if name == STDIN:
+        name = "<stdin>"
+        try:
+            text = sys.stdin.buffer.read().decode("utf-8")
+        except UnicodeDecodeError:
+            raise ScenarioError(f"{name}: not UTF-8 text") from None
+        return parse_scenario(text, name)
     try:
         with open(name, encoding="utf-8") as f:
             text = f.read()
