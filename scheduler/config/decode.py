@@ -40,6 +40,7 @@ from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode
 
 from apis.duration import DurationError, parse_go_duration_seconds
+from apis.yamlload import HAVE_LIBYAML, load_one
 from scheduler.config.model import (
     API_VERSION,
     DEFAULT_SCHEDULER_NAME,
@@ -67,15 +68,18 @@ _INT64_MAX = 2**63 - 1
 # Loading
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """A safe loader that rejects duplicate keys in a mapping, like kube's strict decoder."""
+class _Strict:
+    """Rejects duplicate keys in a mapping, like kube's strict decoder (a mixin of both
+    loaders: the constructor is Python's SafeConstructor with the C parser too)."""
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue
-            key = self.construct_object(key_node, deep=True)
+            key = self.construct_object(  # type: ignore[attr-defined]
+                key_node, deep=True
+            )
             try:
                 duplicate = key in seen
                 seen.add(key)
@@ -85,7 +89,18 @@ class _StrictLoader(yaml.SafeLoader):
                 raise ConstructorError(
                     None, None, f"duplicate key {_show(key)}", key_node.start_mark
                 )
-        return super().construct_mapping(node, deep=deep)
+        result: dict[Any, Any] = super().construct_mapping(node, deep=deep)  # type: ignore[misc]
+        return result
+
+
+class _StrictLoader(_Strict, yaml.SafeLoader):
+    """The pure-Python strict loader: its errors are the ones reported."""
+
+
+_CStrictLoader: type[Any] | None = (
+    type("_CStrictLoader", (_Strict, yaml.CSafeLoader), {}) if HAVE_LIBYAML else None
+)
+"""The same over libyaml's parser (``apis.yamlload``), when PyYAML has it."""
 
 
 def load_config(path: str | os.PathLike[str]) -> SchedulerConfiguration:
@@ -99,7 +114,7 @@ def load_config(path: str | os.PathLike[str]) -> SchedulerConfiguration:
     except OSError as exc:
         raise ConfigError(source, "", f"cannot read file: {exc.strerror or exc}") from exc
     try:
-        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
+        data = load_one(text, _StrictLoader, _CStrictLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""

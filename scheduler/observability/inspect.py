@@ -60,6 +60,7 @@ from apis.resources import (
     memory_from_ratio,
     ratio_from_memory,
 )
+from apis.yamlload import load_all
 
 __all__ = [
     "HELD_WHOLE",
@@ -474,7 +475,7 @@ def load_objects(
         name = os.fspath(path)
         try:
             with open(name, encoding="utf-8") as f:
-                docs = list(yaml.safe_load_all(f))
+                docs = load_all(f.read())
         except OSError as exc:
             raise InspectError(f"{name}: cannot read: {exc.strerror or exc}") from None
         except (yaml.YAMLError, UnicodeDecodeError) as exc:
