@@ -1,7 +1,8 @@
 """``koordlet``: the node agent's command line and composition root (SPEC section 2).
 
 Subcommands:
-  report --once   print the Device CR the agent would write, and exit (no API server);
+  report          print the Device CR the agent would write, and exit (no API server;
+                  ``--once`` is accepted and changes nothing);
   run             the agent: discovery, health watcher, Device/Node sync loop, /metrics and
                   /healthz, and the runtime-hook server when ``runtimehooks.server`` exists.
 
@@ -32,6 +33,7 @@ from prometheus_client import CollectorRegistry
 
 from apis.duration import DurationError, parse_go_duration_seconds
 from apis.fairshare import DEFAULT_GEMINI_LIBRARY, DefaultLimit
+from apis.logflags import LEVELS, log_level, verbosity
 from apis.version import version_line
 from koordlet.agent import Agent, Service, report_once
 from koordlet.checkpoint import DEFAULT_KUBELET_ROOT
@@ -63,7 +65,6 @@ DEFAULT_FAIRSHARE_STATE = "/var/run/koordlet/fairshare.json"
 EXIT_USAGE = 2
 
 log = structlog.get_logger("koordlet")
-
 
 
 class UserError(Exception):
@@ -103,7 +104,7 @@ class _StderrLogger:
 _STDERR_LOGGER = _StderrLogger()
 
 
-def configure_logging(fmt: str = "json", level: int = logging.INFO) -> None:
+def configure_logging(fmt: str = "json", level: int | str = logging.INFO) -> None:
     """structlog on stderr: one JSON object per line (or a console rendering)."""
     renderer: Any = (
         structlog.processors.JSONRenderer()
@@ -118,7 +119,9 @@ def configure_logging(fmt: str = "json", level: int = logging.INFO) -> None:
             structlog.processors.format_exc_info,
             renderer,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(level),
+        wrapper_class=structlog.make_filtering_bound_logger(
+            getattr(logging, level.upper()) if isinstance(level, str) else level
+        ),
         logger_factory=lambda *args: _STDERR_LOGGER,
         cache_logger_on_first_use=False,
     )
@@ -143,8 +146,6 @@ def _node_name(args: argparse.Namespace, required: bool) -> str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    if not args.once:
-        raise UserError("report prints one report and exits: pass --once")
     device = report_once(
         _node_name(args, False),
         _library(args),
@@ -379,6 +380,21 @@ def _gpushare_service(
     )
 
 
+def _verbosity(text: str) -> int:
+    try:
+        return verbosity(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def log_level_of(args: argparse.Namespace) -> str:
+    """The log level from ``--log-level`` or ``-v`` (the same rule as koord-scheduler's)."""
+    try:
+        return log_level(args.log_level, args.v)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--node-name", metavar="N", help="the node's name (default: $NODE_NAME)")
     p.add_argument("--fake-gpus", metavar="FILE", help="GPUs described in YAML instead of NVML")
@@ -398,6 +414,18 @@ def _common(p: argparse.ArgumentParser) -> None:
         "--log-format", choices=("json", "console"), default="json", help="log format on stderr"
     )
     p.add_argument(
+        "--log-level", choices=LEVELS, default=None, help="lowest level logged (default info)"
+    )
+    p.add_argument(
+        "-v",
+        "--v",
+        type=_verbosity,
+        default=None,
+        metavar="N",
+        help="klog verbosity, as Koordinator's koordlet: 0-3 log at info, 4 and more at debug "
+        "(give -v or --log-level, not both)",
+    )
+    p.add_argument(
         "--gpu-resource-names",
         metavar="LIST",
         default=",".join(DEFAULT_GPU_RESOURCE_NAMES),
@@ -414,7 +442,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the Device CR the agent would write, and exit",
         description="Print the node's Device CR as the agent would write it (no API server).",
     )
-    rep.add_argument("--once", action="store_true", help="print one report and exit")
+    rep.add_argument(
+        "--once",
+        action="store_true",
+        help="accepted for compatibility; report always prints one report and exits",
+    )
     rep.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
     _common(rep)
     rep.set_defaults(func=cmd_report)
@@ -449,8 +481,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--metrics-bind-address",
+        "--addr",
+        dest="metrics_bind_address",
         default=f":{DEFAULT_METRICS_PORT}",
-        help=f"HOST:PORT for /metrics and /healthz (default :{DEFAULT_METRICS_PORT})",
+        metavar="HOST:PORT",
+        help=f"address of /metrics and /healthz; :PORT is every interface (default "
+        f":{DEFAULT_METRICS_PORT}; --addr is Koordinator's koordlet name for it)",
     )
     _fairshare_flags(run)
     run.set_defaults(func=cmd_run)
@@ -462,7 +498,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        configure_logging(args.log_format)
+        configure_logging(args.log_format, log_level_of(args))
         code: int = args.func(args)
     except UserError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

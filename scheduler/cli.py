@@ -21,8 +21,10 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
+from apis.duration import DurationError, parse_go_duration_seconds
+from apis.logflags import log_level, verbosity
 from scheduler.commands.common import UserError
 from scheduler.commands.explain import cmd_explain
 from scheduler.commands.extender import cmd_extender
@@ -34,6 +36,13 @@ from scheduler.simulator.replay_cli import add_trace_arguments
 
 PROG = "koord-scheduler"
 EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors are one line on stderr and exit 2, like every other user error."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UserError(message)
 
 
 def _add_explain(sub: Any) -> None:
@@ -71,6 +80,23 @@ def _bool(text: str) -> bool:
     if value in ("false", "0", "no"):
         return False
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _duration(text: str) -> float:
+    """A Go duration (``15s``, ``500ms``, ``1m30s``) in seconds, as kube's duration flags."""
+    try:
+        return parse_go_duration_seconds(text)
+    except DurationError:
+        raise argparse.ArgumentTypeError(
+            f"invalid duration {text!r} (examples: 15s, 500ms, 1m30s)"
+        ) from None
+
+
+def _verbosity(text: str) -> int:
+    try:
+        return verbosity(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _add_run(sub: Any) -> None:
@@ -196,9 +222,41 @@ def _serve_flags(run: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--leader-elect",
         type=_bool,
+        nargs="?",
+        const=True,
         default=None,
         metavar="BOOL",
-        help="override leaderElection.leaderElect of the configuration",
+        help="elect a leader before scheduling (bare: true; --leader-elect=false: off); "
+        "overrides leaderElection.leaderElect of the configuration",
+    )
+    for flag, field, what in (
+        (
+            "lease-duration",
+            "leaseDuration",
+            "how long a non-leader waits before taking an unrenewed lease",
+        ),
+        (
+            "renew-deadline",
+            "renewDeadline",
+            "how long the leader tries to renew before it gives up leading",
+        ),
+        ("retry-period", "retryPeriod", "the wait between two tries to acquire or renew"),
+    ):
+        run.add_argument(
+            f"--leader-elect-{flag}",
+            type=_duration,
+            metavar="DURATION",
+            help=f"{what} (Go duration, e.g. 15s); overrides leaderElection.{field}",
+        )
+    run.add_argument(
+        "--leader-elect-resource-name",
+        metavar="NAME",
+        help="the Lease's name; overrides leaderElection.resourceName",
+    )
+    run.add_argument(
+        "--leader-elect-resource-namespace",
+        metavar="NS",
+        help="the Lease's namespace; overrides leaderElection.resourceNamespace",
     )
     run.add_argument(
         "--identity",
@@ -208,7 +266,29 @@ def _serve_flags(run: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--log-format", choices=logs.FORMATS, default="json", help="json lines (default) or console"
     )
-    run.add_argument("--log-level", choices=logs.LEVELS, default="info")
+    run.add_argument(
+        "--log-level",
+        choices=logs.LEVELS,
+        default=None,
+        help="lowest level logged (default info); or -v",
+    )
+    run.add_argument(
+        "-v",
+        "--v",
+        type=_verbosity,
+        default=None,
+        metavar="N",
+        help="klog verbosity, as kube-scheduler's: 0-3 log at info, 4 and more at debug "
+        "(give -v or --log-level, not both)",
+    )
+
+
+def log_level_of(args: argparse.Namespace) -> str:
+    """The log level of ``run``/``extender`` from ``--log-level`` or ``-v``."""
+    try:
+        return log_level(args.log_level, args.v)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
 
 
 def _add_inspect(sub: Any) -> None:
@@ -231,11 +311,18 @@ def _add_inspect(sub: Any) -> None:
         metavar="FILE",
         help="read objects from FILE instead of a cluster (repeatable)",
     )
+    insp.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "json", "yaml"),
+        default="table",
+        help="table (default), or the same content as JSON or YAML (gpu-memory in bytes)",
+    )
     insp.set_defaults(func=cmd_inspect)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=PROG,
         description="Fine-grained GPU scheduler for Kubernetes, wire-compatible with Koordinator.",
     )
@@ -249,7 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
             "on an in-memory cluster, and report the placements."
         ),
     )
-    sim.add_argument("file", metavar="FILE", nargs="?", help="scenario YAML")
+    sim.add_argument("file", metavar="FILE", nargs="?", help="scenario YAML (-: standard input)")
     sim.add_argument("--config", metavar="CFG", help="KubeSchedulerConfiguration file")
     sim.add_argument(
         "-o",
@@ -279,12 +366,12 @@ def _add_version(parser: argparse.ArgumentParser, sub: Any) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command == "run":
-        logs.configure(args.log_format, args.log_level)
-    else:  # stdout is the command's output: logs go to stderr, warnings and up only
-        logs.configure("console", "warning", stdlib=False)
     try:
+        args = parser.parse_args(argv)
+        if args.command in ("run", "extender"):
+            logs.configure(args.log_format, log_level_of(args))
+        else:  # stdout is the command's output: logs go to stderr, warnings and up only
+            logs.configure("console", "warning", stdlib=False)
         code: int = args.func(args)
     except UserError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

@@ -4,10 +4,18 @@ the Kubernetes adapter) or of files, as ``scheduler.observability.inspect`` acco
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
+import yaml
+
 from scheduler.commands.common import UserError, live_objects
-from scheduler.observability.inspect import InspectError, load_objects, render_inspect
+from scheduler.observability.inspect import (
+    InspectError,
+    inspect_document,
+    load_objects,
+    render_inspect,
+)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -19,7 +27,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     else:
         nodes, devices, pods = live_objects(args)
     try:
-        sys.stdout.write(render_inspect(nodes, devices, pods, args.node))
+        if args.output == "json":
+            doc = inspect_document(nodes, devices, pods, args.node)
+            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        elif args.output == "yaml":
+            doc = inspect_document(nodes, devices, pods, args.node)
+            sys.stdout.write(yaml.safe_dump(doc, sort_keys=False))
+        else:
+            sys.stdout.write(render_inspect(nodes, devices, pods, args.node))
     except InspectError as exc:
         raise UserError(str(exc)) from None
     return 0

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import structlog
 
 from scheduler.commands.common import UserError, load_config_or_fail
+from scheduler.config import ConfigError, SchedulerConfiguration, override_leader_election
 from scheduler.framework.runtime import FrameworkError
 from scheduler.plugins.registry import default_plugins, in_tree_registry
 
@@ -46,6 +47,33 @@ def _identity() -> str:
     return f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4()}"
 
 
+LEADER_ELECTION_FLAGS = {
+    "leaderElect": "leader_elect",
+    "leaseDuration": "leader_elect_lease_duration",
+    "renewDeadline": "leader_elect_renew_deadline",
+    "retryPeriod": "leader_elect_retry_period",
+    "resourceName": "leader_elect_resource_name",
+    "resourceNamespace": "leader_elect_resource_namespace",
+}
+"""``leaderElection`` field -> the ``args`` attribute of its kube-scheduler flag."""
+
+
+def run_config(args: argparse.Namespace) -> SchedulerConfiguration:
+    """The configuration file (or the defaults) with the ``--leader-elect*`` flags given on
+    the command line applied over its ``leaderElection``, as kube-scheduler does, and
+    validated together."""
+    config = load_config_or_fail(args.config)
+    flags = {
+        key: ("--" + attr.replace("_", "-"), getattr(args, attr))
+        for key, attr in LEADER_ELECTION_FLAGS.items()
+        if getattr(args, attr, None) is not None
+    }
+    try:
+        return override_leader_election(config, flags, args.config or "default configuration")
+    except ConfigError as exc:
+        raise UserError(str(exc)) from None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     return serve_cluster(args)
 
@@ -55,8 +83,6 @@ def serve_cluster(args: argparse.Namespace, front: FrontEnd | None = None) -> in
     and the scheduler core. With a ``front`` (``scheduler.commands.extender``) the core never
     schedules from its own queue: the front end answers kube-scheduler's calls with it, and
     only the leader is ready."""
-    import dataclasses
-
     from scheduler.core import Scheduler
     from scheduler.kube.cluster import KubeCluster, bind_permission_problem
     from scheduler.kube.events import EventRecorder
@@ -66,10 +92,7 @@ def serve_cluster(args: argparse.Namespace, front: FrontEnd | None = None) -> in
     from scheduler.observability.health import Check, HealthServer
     from scheduler.observability.metrics import SchedulerMetrics
 
-    config = load_config_or_fail(args.config)
-    if args.leader_elect is not None:
-        election = dataclasses.replace(config.leader_election, leader_elect=args.leader_elect)
-        config = dataclasses.replace(config, leader_election=election)
+    config = run_config(args)
     log = structlog.get_logger("koord-scheduler")
     try:
         creds = load_credentials(args.kubeconfig, args.master, args.context)

@@ -6,7 +6,7 @@ are re-exported here, so callers import from ``scheduler.config``. Layering: sta
 and PyYAML only; no plugin is known here.
 """
 
-from scheduler.config.decode import load_config, parse_config
+from scheduler.config.decode import load_config, override_leader_election, parse_config
 from scheduler.config.model import (
     API_VERSION,
     DEFAULT_SCHEDULER_NAME,
@@ -42,5 +42,6 @@ __all__ = [
     "merge_plugin_set",
     "merge_plugins",
     "num_feasible_nodes_to_find",
+    "override_leader_election",
     "parse_config",
 ]

@@ -28,6 +28,7 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping
@@ -39,6 +40,7 @@ from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode
 
 from apis.duration import DurationError, parse_go_duration_seconds
+from apis.yamlload import HAVE_LIBYAML, load_one
 from scheduler.config.model import (
     API_VERSION,
     DEFAULT_SCHEDULER_NAME,
@@ -55,6 +57,7 @@ from scheduler.config.model import (
 
 __all__ = [
     "load_config",
+    "override_leader_election",
     "parse_config",
 ]
 
@@ -65,15 +68,18 @@ _INT64_MAX = 2**63 - 1
 # Loading
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """A safe loader that rejects duplicate keys in a mapping, like kube's strict decoder."""
+class _Strict:
+    """Rejects duplicate keys in a mapping, like kube's strict decoder (a mixin of both
+    loaders: the constructor is Python's SafeConstructor with the C parser too)."""
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue
-            key = self.construct_object(key_node, deep=True)
+            key = self.construct_object(  # type: ignore[attr-defined]
+                key_node, deep=True
+            )
             try:
                 duplicate = key in seen
                 seen.add(key)
@@ -83,7 +89,18 @@ class _StrictLoader(yaml.SafeLoader):
                 raise ConstructorError(
                     None, None, f"duplicate key {_show(key)}", key_node.start_mark
                 )
-        return super().construct_mapping(node, deep=deep)
+        result: dict[Any, Any] = super().construct_mapping(node, deep=deep)  # type: ignore[misc]
+        return result
+
+
+class _StrictLoader(_Strict, yaml.SafeLoader):
+    """The pure-Python strict loader: its errors are the ones reported."""
+
+
+_CStrictLoader: type[Any] | None = (
+    type("_CStrictLoader", (_Strict, yaml.CSafeLoader), {}) if HAVE_LIBYAML else None
+)
+"""The same over libyaml's parser (``apis.yamlload``), when PyYAML has it."""
 
 
 def load_config(path: str | os.PathLike[str]) -> SchedulerConfiguration:
@@ -97,7 +114,7 @@ def load_config(path: str | os.PathLike[str]) -> SchedulerConfiguration:
     except OSError as exc:
         raise ConfigError(source, "", f"cannot read file: {exc.strerror or exc}") from exc
     try:
-        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
+        data = load_one(text, _StrictLoader, _CStrictLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -114,6 +131,74 @@ def load_config(path: str | os.PathLike[str]) -> SchedulerConfiguration:
 def parse_config(data: Any, source: str = "<config>") -> SchedulerConfiguration:
     """Decode, default and validate a KubeSchedulerConfiguration given as plain data."""
     return _Decoder(source).configuration(data)
+
+
+def _check_leader_election(
+    result: LeaderElection,
+    fail: Callable[[str, str], NoReturn],
+    name: Callable[[str], str],
+) -> None:
+    """kube's ValidateLeaderElectionConfiguration: only when electing, ``leases``, a name and a
+    namespace, ``leaseDuration > renewDeadline > retryPeriod > 0``. ``fail(key, problem)``
+    reports the field ``key``; ``name(key)`` is how another field is named in a message."""
+    if not result.leader_elect:  # kube validates the rest only when electing
+        return
+    if result.resource_lock != "leases":
+        fail("resourceLock", f'only "leases" is supported, got {_show(result.resource_lock)}')
+    for key, text in (
+        ("resourceName", result.resource_name),
+        ("resourceNamespace", result.resource_namespace),
+    ):
+        if not text:
+            fail(key, "must not be empty when leaderElect is true")
+    if not result.retry_period > 0:
+        fail("retryPeriod", f"must be greater than 0, got {_seconds(result.retry_period)}")
+    for key, value_s, other, other_s in (
+        ("renewDeadline", result.renew_deadline, "retryPeriod", result.retry_period),
+        ("leaseDuration", result.lease_duration, "renewDeadline", result.renew_deadline),
+    ):
+        if not value_s > other_s:
+            fail(
+                key,
+                f"must be greater than {name(other)} ({_seconds(other_s)}), "
+                f"got {_seconds(value_s)}",
+            )
+
+
+_LEADER_ELECTION_KEYS = {
+    "leaderElect": "leader_elect",
+    "leaseDuration": "lease_duration",
+    "renewDeadline": "renew_deadline",
+    "retryPeriod": "retry_period",
+    "resourceName": "resource_name",
+    "resourceNamespace": "resource_namespace",
+}
+
+
+def override_leader_election(
+    config: SchedulerConfiguration,
+    flags: Mapping[str, tuple[str, Any]],
+    source: str = "<config>",
+) -> SchedulerConfiguration:
+    """kube-scheduler's ``ApplyLeaderElectionTo``: each flag given replaces its field of the
+    configuration's ``leaderElection`` (``flags``: field name as in the file, e.g.
+    ``renewDeadline`` -> (flag name, value in seconds or as text)); the result is validated as
+    a whole, and a problem names the flag (or ``source``'s field) it comes from."""
+    if not flags:
+        return config
+    changes = {_LEADER_ELECTION_KEYS[key]: value for key, (_, value) in flags.items()}
+    result = dataclasses.replace(config.leader_election, **changes)
+
+    def name(key: str) -> str:
+        return flags[key][0] if key in flags else _join("leaderElection", key)
+
+    def fail(key: str, problem: str) -> NoReturn:
+        if key in flags:
+            raise ConfigError(flags[key][0], "", problem)
+        raise ConfigError(source, _join("leaderElection", key), problem)
+
+    _check_leader_election(result, fail, name)
+    return dataclasses.replace(config, leader_election=result)
 
 
 # --------------------------------------------------------------------------------------------
@@ -163,7 +248,6 @@ _POINT_KEYS = {
     "multiPoint": "multi_point",
 }
 _UNSUPPORTED_POINTS = {"preEnqueue": "koord-scheduler has no PreEnqueue extension point"}
-
 
 
 def _show(value: Any) -> str:
@@ -344,33 +428,9 @@ class _Decoder:
             resource_name=get("resourceName", base.resource_name, self.string),
             resource_namespace=get("resourceNamespace", base.resource_namespace, self.string),
         )
-        if not result.leader_elect:  # kube validates the rest only when electing
-            return result
-        if result.resource_lock != "leases":
-            self.fail(
-                _join(path, "resourceLock"),
-                f'only "leases" is supported, got {_show(result.resource_lock)}',
-            )
-        for key, text in (
-            ("resourceName", result.resource_name),
-            ("resourceNamespace", result.resource_namespace),
-        ):
-            if not text:
-                self.fail(_join(path, key), "must not be empty when leaderElect is true")
-        if not result.retry_period > 0:
-            self.fail(
-                _join(path, "retryPeriod"),
-                f"must be greater than 0, got {_seconds(result.retry_period)}",
-            )
-        for key, value_s, other, other_s in (
-            ("renewDeadline", result.renew_deadline, "retryPeriod", result.retry_period),
-            ("leaseDuration", result.lease_duration, "renewDeadline", result.renew_deadline),
-        ):
-            if not value_s > other_s:
-                self.fail(
-                    _join(path, key),
-                    f"must be greater than {other} ({_seconds(other_s)}), got {_seconds(value_s)}",
-                )
+        _check_leader_election(
+            result, lambda key, problem: self.fail(_join(path, key), problem), lambda key: key
+        )
         return result
 
     def profiles(self, value: Any, path: str) -> tuple[Profile, ...]:

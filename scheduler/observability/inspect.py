@@ -60,6 +60,7 @@ from apis.resources import (
     memory_from_ratio,
     ratio_from_memory,
 )
+from apis.yamlload import load_all
 
 __all__ = [
     "HELD_WHOLE",
@@ -204,8 +205,9 @@ def account_cards(
                 by_node = {}
                 for card in cards.values():
                     by_node.setdefault(card.node, []).append(card)
-            node_cards = [(c.device_type, c.minor, c.capacity)
-                          for c in by_node.get(pod.node_name, ())]
+            node_cards = [
+                (c.device_type, c.minor, c.capacity) for c in by_node.get(pod.node_name, ())
+            ]
         whole = set(reading.whole)
         held = False
         for device_type, minor, amounts in held_amounts(reading, node_cards):
@@ -361,6 +363,18 @@ def gpu_summary(cards: Sequence[CardUsage]) -> str | None:
     )
 
 
+def _selected(
+    nodes: Mapping[str, Node], devices: Sequence[Device], node: str | None
+) -> Sequence[Device] | None:
+    """The Device CRs to show (of ``node`` when given); None when that node has none."""
+    if node is None:
+        return devices
+    if node not in nodes and all(d.name != node for d in devices):
+        raise InspectError(f"node {node!r} not found")
+    devices = [d for d in devices if d.name == node]
+    return devices or None
+
+
 def render_inspect(
     nodes: Mapping[str, Node],
     devices: Sequence[Device],
@@ -368,13 +382,10 @@ def render_inspect(
     node: str | None = None,
 ) -> str:
     """The ``inspect`` output: the GPU table (of one node, when given) and the summary."""
-    if node is not None:
-        if node not in nodes and all(d.name != node for d in devices):
-            raise InspectError(f"node {node!r} not found")
-        devices = [d for d in devices if d.name == node]
-        if not devices:
-            return f"node {node} has no Device CR: no devices to show\n"
-    cards = card_usage(nodes, devices, pods)
+    shown = _selected(nodes, devices, node)
+    if shown is None:
+        return f"node {node} has no Device CR: no devices to show\n"
+    cards = card_usage(nodes, shown, pods)
     gpus = [c for c in cards if c.device_type == "gpu"]
     if not gpus:
         return "no GPUs found in the Device CRs\n"
@@ -390,6 +401,50 @@ def render_inspect(
     if summary:
         out.append(summary)
     return "\n".join(out) + "\n"
+
+
+def inspect_document(
+    nodes: Mapping[str, Node],
+    devices: Sequence[Device],
+    pods: Sequence[Pod],
+    node: str | None = None,
+) -> dict[str, Any]:
+    """``inspect -o json|yaml``: the table's content as data. Per node, per GPU: minor, uuid,
+    model, health, gpu-core (percent of a card) and gpu-memory (bytes) allocated/total, the
+    pods; the summary's totals count healthy cards only, as the table's."""
+    shown = _selected(nodes, devices, node)
+    gpus = [c for c in card_usage(nodes, shown or [], pods) if c.device_type == "gpu"]
+    by_node: dict[str, list[dict[str, Any]]] = {}
+    for c in gpus:
+        by_node.setdefault(c.node, []).append(
+            {
+                "minor": c.minor,
+                "uuid": c.uuid,
+                "model": c.model,
+                "healthy": c.healthy,
+                "gpuCore": {"allocated": c.core_used, "total": c.core_total},
+                "gpuMemory": {"allocated": c.memory_used, "total": c.memory_total},
+                "pods": list(c.pods),
+            }
+        )
+    healthy = [c for c in gpus if c.healthy]
+    return {
+        "nodes": [{"name": name, "gpus": cards} for name, cards in by_node.items()],
+        "summary": {
+            "nodes": len(by_node),
+            "gpus": len(gpus),
+            "unhealthyGPUs": len(gpus) - len(healthy),
+            "podsHoldingGPUs": len({p for c in gpus for p in c.pods}),
+            "gpuCore": {
+                "allocated": sum(c.core_used for c in gpus),
+                "total": sum(c.core_total for c in healthy),
+            },
+            "gpuMemory": {
+                "allocated": sum(c.memory_used for c in gpus),
+                "total": sum(c.memory_total for c in healthy),
+            },
+        },
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -420,7 +475,7 @@ def load_objects(
         name = os.fspath(path)
         try:
             with open(name, encoding="utf-8") as f:
-                docs = list(yaml.safe_load_all(f))
+                docs = load_all(f.read())
         except OSError as exc:
             raise InspectError(f"{name}: cannot read: {exc.strerror or exc}") from None
         except (yaml.YAMLError, UnicodeDecodeError) as exc:

@@ -23,7 +23,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,9 +70,7 @@ class ReplayUsageError(ValueError):
 
 
 def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group(
-        "trace replay (the FGD paper's method on Alibaba's openb trace)"
-    )
+    g = parser.add_argument_group("trace replay (the FGD paper's method on Alibaba's openb trace)")
     g.add_argument("--nodes", metavar="NODES.csv", help="openb node list (replaces FILE)")
     g.add_argument(
         "--pods", metavar="PODS.csv", action="append", help="openb pod list (repeatable)"
@@ -218,28 +216,53 @@ def _run_quietly(job: _Job) -> RunRecord:
     return _run(job)
 
 
-class _Progress:
-    """A one-line bar on ``stream`` (redrawn at most every 0.2 s)."""
+class Progress:
+    """A one-line bar on ``stream`` with the rate and the time left (redrawn at most every
+    0.2 s; nothing before ``delay`` seconds, so a short task draws nothing)."""
 
-    def __init__(self, stream: TextIO, enabled: bool) -> None:
-        self.stream, self.enabled = stream, enabled
-        self._last = 0.0
+    def __init__(
+        self,
+        stream: TextIO,
+        enabled: bool,
+        delay: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.stream, self.enabled, self.delay, self._clock = stream, enabled, delay, clock
+        self._start = clock()
+        self._last = -math.inf
+        self._drawn = False
 
     def draw(self, label: str, done: int, total: int, force: bool = False) -> None:
-        now = time.monotonic()
-        if not self.enabled or (not force and now - self._last < 0.2):
+        if not self.enabled:
+            return
+        now = self._clock()
+        elapsed = now - self._start
+        if elapsed < self.delay or (not force and now - self._last < 0.2):
             return
         self._last = now
         width = 30
         filled = width * done // max(total, 1)
         bar = "#" * filled + "." * (width - filled)
-        self.stream.write(f"\r{label} [{bar}] {done}/{total}\x1b[K")
+        rate = done / elapsed if elapsed > 0 else 0.0
+        eta = f"ETA {_clock_time((total - done) / rate)}" if rate > 0 else "ETA ?"
+        self.stream.write(f"\r{label} [{bar}] {done}/{total} {rate:.1f}/s {eta}\x1b[K")
         self.stream.flush()
+        self._drawn = True
 
     def done(self) -> None:
-        if self.enabled:
+        if self.enabled and self._drawn:
             self.stream.write("\r\x1b[K")
             self.stream.flush()
+
+
+def _clock_time(seconds: float) -> str:
+    """``42s``, ``3m05s``, ``1h02m``."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
 def _check_out_dir(path: str) -> None:
@@ -296,7 +319,7 @@ def run_trace_command(
         for policy, path in policies
         for seed in seeds
     ]
-    progress = _Progress(err, not args.no_progress and out.isatty())
+    progress = Progress(err, not args.no_progress and out.isatty())
     records = _execute(jobs, max(1, args.jobs), progress)
     progress.done()
 
@@ -359,7 +382,7 @@ def _header(nodes_path: str, pods_path: str, seeds: Sequence[int], inflate: floa
     )
 
 
-def _execute(jobs: Sequence[_Job], workers: int, progress: _Progress) -> list[RunRecord]:
+def _execute(jobs: Sequence[_Job], workers: int, progress: Progress) -> list[RunRecord]:
     records: list[RunRecord] = []
     if workers == 1:
         for i, job in enumerate(jobs):

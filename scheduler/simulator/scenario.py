@@ -12,6 +12,7 @@ one-line message names the file, the document (1-based) and the field — never 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ from apis.core import DecodeError, decode_node, decode_pod
 from apis.device import Device
 from apis.disruption import decode_pdb
 from apis.gang import POD_GROUP_API_VERSION, GangSpecError, decode_pod_group
+from apis.yamlload import Progress, load_all
 
 DEVICE_API_VERSION = "scheduling.koordinator.sh/v1alpha1"
 _KINDS = {
@@ -58,8 +60,21 @@ class Scenario:
         return [p for p in self.pods if not (p.get("spec") or {}).get("nodeName")]
 
 
-def load_scenario(path: str | os.PathLike[str]) -> Scenario:
+STDIN = "-"
+"""The path that means standard input (``koord-scheduler simulate -``)."""
+
+
+def load_scenario(path: str | os.PathLike[str], progress: Progress | None = None) -> Scenario:
+    """The scenario of the file ``path``, or of standard input for ``-`` (named ``<stdin>``
+    in messages); ``progress(documents parsed, documents in all)`` follows a long parse."""
     name = os.fspath(path)
+    if name == STDIN:
+        name = "<stdin>"
+        try:
+            text = sys.stdin.buffer.read().decode("utf-8")
+        except UnicodeDecodeError:
+            raise ScenarioError(f"{name}: not UTF-8 text") from None
+        return parse_scenario(text, name, progress)
     try:
         with open(name, encoding="utf-8") as f:
             text = f.read()
@@ -67,14 +82,16 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
         raise ScenarioError(f"{name}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise ScenarioError(f"{name}: not UTF-8 text") from None
-    return parse_scenario(text, name)
+    return parse_scenario(text, name, progress)
 
 
-def parse_scenario(text: str, source: str = "<scenario>") -> Scenario:
+def parse_scenario(
+    text: str, source: str = "<scenario>", progress: Progress | None = None
+) -> Scenario:
     scenario = Scenario()
     seen: dict[tuple[str, str], int] = {}
     classes: dict[str, tuple[int, str]] = {}
-    for doc_no, index, obj in _objects(text, source):
+    for doc_no, index, obj in _objects(text, source, progress):
         where = f"{source}: document {doc_no}" + (f", item {index}" if index is not None else "")
         if not isinstance(obj, Mapping):
             raise ScenarioError(f"{where}: expected a Kubernetes object, got {_kind_of(obj)}")
@@ -133,9 +150,11 @@ def parse_scenario(text: str, source: str = "<scenario>") -> Scenario:
     return scenario
 
 
-def _objects(text: str, source: str) -> Iterator[tuple[int, int | None, Any]]:
+def _objects(
+    text: str, source: str, progress: Progress | None = None
+) -> Iterator[tuple[int, int | None, Any]]:
     try:
-        docs = list(yaml.safe_load_all(text))
+        docs = load_all(text, progress=progress)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"

@@ -119,3 +119,37 @@ def test_an_out_path_that_is_a_file_is_refused_before_the_replay(
     assert capsys.readouterr().err == (
         f"koord-scheduler: error: --out {taken}: exists and is not a folder\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("stdin", "code", "out", "err"),
+    [
+        pytest.param(NODE + "---\n" + POD % "1", 0, "default/p1", "", id="scenario"),
+        pytest.param(
+            NODE + "---\n" + POD % "2x",
+            2,
+            "",
+            "koord-scheduler: error: <stdin>: document 2 (Pod p1): "
+            'spec.containers[0].resources.requests.cpu: invalid quantity "2x"\n',
+            id="bad-pod-names-stdin",
+        ),
+        pytest.param(
+            b"\xff\xfe", 2, "", "koord-scheduler: error: <stdin>: not UTF-8 text\n", id="not-utf8"
+        ),
+    ],
+)
+def test_simulate_dash_reads_the_scenario_from_stdin(
+    stdin: str | bytes,
+    code: int,
+    out: str,
+    err: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import io
+
+    data = stdin.encode() if isinstance(stdin, str) else stdin
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
+    assert main(["simulate", "-"]) == code
+    got_out, got_err = capsys.readouterr()
+    assert out in got_out and got_err == err

@@ -290,3 +290,88 @@ def test_cli_inspect_reads_simulate_output(
     # The same per-card rows as the simulator's own table.
     rows = [line for line in table.splitlines() if "/100" in line]
     assert rows and all(row in simulated for row in rows)
+
+
+def _two_cards(tmp_path: Path) -> Path:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        yaml.safe_dump_all([node("n1"), device("n1", unhealthy=(1,)), pod("a", "n1", share(0, 30))])
+    )
+    return scenario
+
+
+EXPECTED_DOC = {
+    "nodes": [
+        {
+            "name": "n1",
+            "gpus": [
+                {
+                    "minor": 0,
+                    "uuid": "GPU-n1-0",
+                    "model": "T4",
+                    "healthy": True,
+                    "gpuCore": {"allocated": 30, "total": 100},
+                    "gpuMemory": {"allocated": 0, "total": 17179869184},
+                    "pods": ["ns/a"],
+                },
+                {
+                    "minor": 1,
+                    "uuid": "GPU-n1-1",
+                    "model": "T4",
+                    "healthy": False,
+                    "gpuCore": {"allocated": 0, "total": 100},
+                    "gpuMemory": {"allocated": 0, "total": 17179869184},
+                    "pods": [],
+                },
+            ],
+        }
+    ],
+    "summary": {
+        "nodes": 1,
+        "gpus": 2,
+        "unhealthyGPUs": 1,
+        "podsHoldingGPUs": 1,
+        "gpuCore": {"allocated": 30, "total": 100},
+        "gpuMemory": {"allocated": 0, "total": 17179869184},
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "parse", "expected"),
+    [
+        pytest.param(["-o", "json"], 0, json.loads, EXPECTED_DOC, id="json"),
+        pytest.param(["--output=yaml"], 0, yaml.safe_load, EXPECTED_DOC, id="yaml"),
+        pytest.param(["n1", "-o", "json"], 0, json.loads, EXPECTED_DOC, id="one-node-json"),
+        pytest.param(
+            ["-o", "xml"],
+            2,
+            None,
+            "koord-scheduler: error: argument -o/--output: invalid choice: 'xml' "
+            "(choose from 'table', 'json', 'yaml')\n",
+            id="bad-output",
+        ),
+        pytest.param(
+            ["n9", "-o", "yaml"],
+            2,
+            None,
+            "koord-scheduler: error: node 'n9' not found\n",
+            id="unknown-node",
+        ),
+    ],
+)
+def test_cli_inspect_output_formats(
+    argv: list[str],
+    code: int,
+    parse: object,
+    expected: object,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["inspect", "--file", str(_two_cards(tmp_path)), *argv]) == code
+    out, err = capsys.readouterr()
+    if parse is None:
+        assert (out, err) == ("", expected)
+    else:
+        assert parse(out) == expected  # type: ignore[operator]
+        assert err == ""

@@ -172,7 +172,6 @@ def test_report_without_nvml_is_an_empty_inventory() -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        pytest.param(["report"], "pass --once", id="report-without-once"),
         pytest.param(
             ["report", "--once", "--fake-gpus", "/nonexistent.yaml"],
             "--fake-gpus /nonexistent.yaml: cannot read",
@@ -380,3 +379,84 @@ def test_run_stops_cleanly_on_signal(short_dir: Path, sig: signal.Signals) -> No
     assert "koordlet started" in names and names[-1] == "koordlet stopped"
     assert "device sync failed" in names  # no API server: logged, the agent kept running
     assert all({"level", "timestamp"} <= e.keys() for e in events)
+
+
+# -- flags shared with koord-scheduler and Koordinator's koordlet ------------------------------
+
+
+@pytest.mark.parametrize("once", [[], ["--once"]], ids=["default", "once-no-op"])
+def test_report_prints_one_report_by_default(
+    once: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["report", *once, "--fake-gpus", str(EXAMPLE), "--node-name", "n", "-o", "json"]
+    assert main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["kind"] == "Device" and doc["metadata"]["name"] == "n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "attr", "value"),
+    [
+        pytest.param(["run"], "metrics_bind_address", ":9316", id="default-address"),
+        pytest.param(["run", "--addr", ":9400"], "metrics_bind_address", ":9400", id="addr"),
+        pytest.param(
+            ["run", "--metrics-bind-address=127.0.0.1:0"],
+            "metrics_bind_address",
+            "127.0.0.1:0",
+            id="metrics-bind-address",
+        ),
+        pytest.param(["run"], "log_level", "info", id="default-level"),
+        pytest.param(["run", "--log-level", "debug"], "log_level", "debug", id="log-level"),
+        pytest.param(["report", "--log-level=error"], "log_level", "error", id="report-level"),
+        pytest.param(["run", "-v", "3"], "log_level", "info", id="v3"),
+        pytest.param(["run", "--v=4"], "log_level", "debug", id="v4"),
+        pytest.param(["report", "-v6"], "log_level", "debug", id="report-v6"),
+    ],
+)
+def test_flags_and_their_effect(argv: list[str], attr: str, value: str) -> None:
+    from koordlet.cli import build_parser, log_level_of
+
+    args = build_parser().parse_args(argv)
+    got = log_level_of(args) if attr == "log_level" else getattr(args, attr)
+    assert got == value
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        pytest.param(
+            ["report", "-v", "x"],
+            "argument -v/--v: expected a non-negative integer, got 'x'",
+            id="v-not-int",
+        ),
+        pytest.param(
+            ["report", "-v", "4", "--log-level", "info"],
+            "--log-level and -v both set the log level: give one of them",
+            id="v-and-log-level",
+        ),
+        pytest.param(
+            ["run", "--log-level", "loud"],
+            "argument --log-level: invalid choice: 'loud' "
+            "(choose from 'debug', 'info', 'warning', 'error')",
+            id="bad-level",
+        ),
+        pytest.param(
+            ["run", "--node-name", "n", "--addr", "9316"],
+            "invalid bind address '9316': expected HOST:PORT",
+            id="addr-without-colon",
+        ),
+    ],
+)
+def test_flag_errors_are_exact_one_liners(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    assert capsys.readouterr().err == f"koordlet: error: {message}\n"
+
+
+def test_debug_level_logs_debug_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    from koordlet.cli import configure_logging
+
+    configure_logging("json", "debug")
+    structlog.get_logger("koordlet").debug("probe")
+    assert json.loads(capsys.readouterr().err)["event"] == "probe"

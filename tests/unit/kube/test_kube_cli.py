@@ -82,3 +82,159 @@ def test_console_format_and_bad_arguments() -> None:
         logs.configure("xml")
     with pytest.raises(ValueError):
         logs.configure("json", "loud")
+
+
+# -- kube-scheduler's flag names and forms (run and extender share them) ----------------------
+
+CFG = """apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection: {leaseDuration: 60s, renewDeadline: 40s, retryPeriod: 5s, resourceName: from-file}
+"""
+
+
+def _run_args(argv: list[str], tmp_path: Path) -> object:
+    from scheduler.cli import build_parser
+
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(CFG)
+    return build_parser().parse_args([a.replace("CFG", str(cfg)) for a in argv])
+
+
+@pytest.mark.parametrize("command", ["run", "extender"])
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        pytest.param([], {"leader_elect": True, "lease_duration": 15.0}, id="defaults"),
+        pytest.param(["--leader-elect"], {"leader_elect": True}, id="bare-leader-elect"),
+        pytest.param(["--leader-elect=false"], {"leader_elect": False}, id="leader-elect=false"),
+        pytest.param(["--leader-elect", "false"], {"leader_elect": False}, id="leader-elect-false"),
+        pytest.param(
+            [
+                "--leader-elect-lease-duration=30s",
+                "--leader-elect-renew-deadline=20s",
+                "--leader-elect-retry-period=500ms",
+                "--leader-elect-resource-name=koord",
+                "--leader-elect-resource-namespace=koordinator-system",
+            ],
+            {
+                "lease_duration": 30.0,
+                "renew_deadline": 20.0,
+                "retry_period": 0.5,
+                "resource_name": "koord",
+                "resource_namespace": "koordinator-system",
+            },
+            id="every-leader-flag",
+        ),
+        pytest.param(
+            ["--config", "CFG"],
+            {"lease_duration": 60.0, "renew_deadline": 40.0, "resource_name": "from-file"},
+            id="file-only",
+        ),
+        pytest.param(
+            ["--config", "CFG", "--leader-elect-renew-deadline", "50s"],
+            {"lease_duration": 60.0, "renew_deadline": 50.0, "retry_period": 5.0},
+            id="flag-overrides-file",
+        ),
+        pytest.param(
+            ["--leader-elect=false", "--leader-elect-renew-deadline=1h"],
+            {"leader_elect": False, "renew_deadline": 3600.0},
+            id="not-validated-when-off",
+        ),
+    ],
+)
+def test_leader_election_flags_override_the_file(
+    command: str, argv: list[str], expected: dict[str, object], tmp_path: Path
+) -> None:
+    from scheduler.commands.run import run_config
+
+    config = run_config(_run_args([command, *argv], tmp_path))  # type: ignore[arg-type]
+    got = {key: getattr(config.leader_election, key) for key in expected}
+    assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("argv", "level"),
+    [
+        pytest.param([], "info", id="default"),
+        pytest.param(["-v", "2"], "info", id="v2"),
+        pytest.param(["--v=3"], "info", id="v3"),
+        pytest.param(["-v4"], "debug", id="v4"),
+        pytest.param(["--v", "10"], "debug", id="v10"),
+        pytest.param(["--log-level", "warning"], "warning", id="log-level"),
+    ],
+)
+def test_verbosity_maps_onto_log_levels(argv: list[str], level: str, tmp_path: Path) -> None:
+    from scheduler.cli import log_level_of
+
+    assert log_level_of(_run_args(["run", *argv], tmp_path)) == level  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        pytest.param(
+            ["run", "--leader-elect=maybe"],
+            "argument --leader-elect: expected true or false, got 'maybe'",
+            id="bad-bool",
+        ),
+        pytest.param(
+            ["run", "--leader-elect-lease-duration", "15"],
+            "argument --leader-elect-lease-duration: invalid duration '15' "
+            "(examples: 15s, 500ms, 1m30s)",
+            id="bare-number-duration",
+        ),
+        pytest.param(
+            ["run", "--leader-elect-lease-duration=5s"],
+            "--leader-elect-lease-duration: must be greater than "
+            "leaderElection.renewDeadline (10s), got 5s",
+            id="lease-below-file-renew",
+        ),
+        pytest.param(
+            ["run", "--leader-elect-renew-deadline=1s", "--leader-elect-retry-period=2s"],
+            "--leader-elect-renew-deadline: must be greater than "
+            "--leader-elect-retry-period (2s), got 1s",
+            id="renew-below-retry",
+        ),
+        pytest.param(
+            ["extender", "--leader-elect-retry-period=0s"],
+            "--leader-elect-retry-period: must be greater than 0, got 0s",
+            id="zero-retry",
+        ),
+        pytest.param(
+            ["run", "--leader-elect-resource-name="],
+            "--leader-elect-resource-name: must not be empty when leaderElect is true",
+            id="empty-name",
+        ),
+        pytest.param(
+            ["run", "-v", "x"],
+            "argument -v/--v: expected a non-negative integer, got 'x'",
+            id="v-not-int",
+        ),
+        pytest.param(
+            ["run", "--v=-1"],
+            "argument -v/--v: expected a non-negative integer, got '-1'",
+            id="v-negative",
+        ),
+        pytest.param(
+            ["run", "-v", "4", "--log-level", "info"],
+            "--log-level and -v both set the log level: give one of them",
+            id="v-and-log-level",
+        ),
+        pytest.param(
+            ["run", "--leader-elect", "--nope"],
+            "unrecognized arguments: --nope",
+            id="unknown-flag",
+        ),
+    ],
+)
+def test_flag_errors_are_one_line_exit_2(
+    argv: list[str],
+    message: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert main(argv) == 2
+    assert capsys.readouterr().err == f"koord-scheduler: error: {message}\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 
 import pytest
@@ -174,3 +175,56 @@ def test_profiles_are_complete_scheduler_configurations(name: str) -> None:
         assert config.percentage_of_nodes_to_score == 100
     finally:
         sched.close()
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(
+    ("delay", "ticks", "expected"),
+    [
+        pytest.param(
+            0.0,
+            [(10.0, 50, 100)],
+            "\rreplay [###############...............] 50/100 5.0/s ETA 10s\x1b[K",
+            id="rate-and-eta",
+        ),
+        pytest.param(
+            0.0,
+            [(2.0, 1, 1000)],
+            "\rreplay [..............................] 1/1000 0.5/s ETA 33m18s\x1b[K",
+            id="minutes",
+        ),
+        pytest.param(5.0, [(1.0, 10, 100)], "", id="quiet-before-delay"),
+        pytest.param(
+            0.0,
+            [(0.0, 0, 10)],
+            "\rreplay [..............................] 0/10 0.0/s ETA ?\x1b[K",
+            id="no-rate-yet",
+        ),
+    ],
+)
+def test_progress_shows_rate_and_eta(
+    delay: float, ticks: list[tuple[float, int, int]], expected: str
+) -> None:
+    from scheduler.simulator.replay_cli import Progress
+
+    now = [0.0]
+    stream = _Tty()
+    bar = Progress(stream, True, delay=delay, clock=lambda: now[0])
+    for at, done, total in ticks:
+        now[0] = at
+        bar.draw("replay", done, total, force=True)
+    assert stream.getvalue() == expected
+
+
+def test_progress_is_silent_when_disabled() -> None:
+    from scheduler.simulator.replay_cli import Progress
+
+    stream = _Tty()
+    bar = Progress(stream, False)
+    bar.draw("replay", 1, 2, force=True)
+    bar.done()
+    assert stream.getvalue() == ""
