@@ -101,6 +101,7 @@ def serve_cluster(args: argparse.Namespace, front: FrontEnd | None = None) -> in
     identity = args.identity or _identity()
     transport = Urllib3Transport(creds, pool_size=args.bind_workers + 16)
     metrics = SchedulerMetrics()
+    metrics.watch_process()
     rest = RestClient(
         transport,
         token=creds.token,

@@ -174,8 +174,7 @@ class SchedulerMetrics:
             registry=r,
         )
         # client-go's (k8s.io/component-base/metrics/prometheus/restclient, v1.20), which the
-        # kubernetes-mixin scheduler dashboard reads, and prometheus_client's process_* (the
-        # same names as Go's process collector).
+        # kubernetes-mixin scheduler dashboard reads.
         self._rest_requests = Counter(
             "rest_client_requests_total",
             "Number of HTTP requests, partitioned by status code, method, and host.",
@@ -189,7 +188,6 @@ class SchedulerMetrics:
             buckets=exponential_buckets(0.001, 2, 10),
             registry=r,
         )
-        ProcessCollector(registry=r)
         self._extender = Histogram(
             "koord_scheduler_extender_request_duration_seconds",
             "Extender requests answered (koord-scheduler extender), by verb and HTTP code.",
@@ -275,6 +273,11 @@ class SchedulerMetrics:
         collector = DeviceCollector(source)
         self.registry.register(collector)
         return collector
+
+    def watch_process(self) -> None:
+        """``process_*`` of this process (prometheus_client's collector: the names of Go's),
+        which the kubernetes-mixin dashboard reads for the scheduler's memory and CPU."""
+        ProcessCollector(registry=self.registry)
 
     def watch_leader(self, name: str, leading: Callable[[], bool]) -> None:
         """``leader_election_master_status{name}`` (client-go's gauge, as kube-scheduler exposes

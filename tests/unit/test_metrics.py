@@ -322,6 +322,7 @@ def test_api_requests_and_the_process_are_exposed_under_client_gos_names() -> No
     """The kubernetes-mixin scheduler dashboard reads rest_client_* and process_*: the
     scheduler's own API requests (client-go's names, labels and buckets) and its memory."""
     metrics = SchedulerMetrics()
+    metrics.watch_process()
     binding = "/api/v1/namespaces/{namespace}/pods/{name}/binding"
     metrics.rest_request("https://127.0.0.1:6443", "POST", binding, "201", 0.003)
     metrics.rest_request("https://127.0.0.1:6443", "POST", binding, "<error>", 10.0)
