@@ -119,3 +119,149 @@ def test_an_out_path_that_is_a_file_is_refused_before_the_replay(
     assert capsys.readouterr().err == (
         f"koord-scheduler: error: --out {taken}: exists and is not a folder\n"
     )
+
+
+# -- issue 26: what the API server would refuse is refused, with one line naming the field ------
+
+GPU_NODE = """apiVersion: v1
+kind: Node
+metadata: {name: g1}
+status:
+  allocatable: {cpu: "8", memory: 32Gi, pods: "10", nvidia.com/gpu: "2",
+                koordinator.sh/gpu-core: "200", koordinator.sh/gpu-memory-ratio: "200",
+                koordinator.sh/gpu-memory: 32Gi}
+"""
+GPU_DEVICE = """apiVersion: scheduling.koordinator.sh/v1alpha1
+kind: Device
+metadata: {name: g1}
+spec:
+  devices:
+  - {type: gpu, minor: 0, health: true, resources: {koordinator.sh/gpu-core: "100",
+     koordinator.sh/gpu-memory-ratio: "100", koordinator.sh/gpu-memory: 16Gi}}
+  - {type: gpu, minor: %s, health: true, resources: {koordinator.sh/gpu-core: "%s",
+     koordinator.sh/gpu-memory-ratio: "100", koordinator.sh/gpu-memory: 16Gi}}
+"""
+GPU_POD = """apiVersion: v1
+kind: Pod
+metadata: {name: p1}
+spec:
+  schedulerName: koord-scheduler
+  containers: [{name: c, resources: %s}]
+"""
+_PFX = "document 3 (Pod p1): spec.containers[0].resources."
+
+
+def _gpu(resources: str) -> str:
+    return GPU_NODE + "---\n" + GPU_DEVICE % (1, 100) + "---\n" + GPU_POD % resources
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param(
+            _gpu("{limits: {nvidia.com/gpu: '0.5'}}"),
+            _PFX + "limits.nvidia.com/gpu: must be an integer, got '0.5' (an extended resource)",
+            id="half-an-nvidia-gpu",
+        ),
+        pytest.param(
+            _gpu(
+                "{requests: {koordinator.sh/gpu-core: 0.5}, limits: {koordinator.sh/gpu-core: 0.5}}"
+            ),
+            _PFX + "requests.koordinator.sh/gpu-core: must be an integer, got 0.5 "
+            "(an extended resource)",
+            id="fractional-gpu-core",
+        ),
+        pytest.param(
+            _gpu(
+                "{requests: {koordinator.sh/gpu-core: '50'}, "
+                "limits: {koordinator.sh/gpu-core: '100'}}"
+            ),
+            _PFX + "requests.koordinator.sh/gpu-core: must be equal to koordinator.sh/gpu-core "
+            "limit of '100', got '50' (extended resources are not overcommitted)",
+            id="extended-request-below-limit",
+        ),
+        pytest.param(
+            _gpu("{requests: {koordinator.sh/gpu-core: '50'}}"),
+            _PFX + "requests.koordinator.sh/gpu-core: '50' has no limit: an extended resource "
+            "needs resources.limits.koordinator.sh/gpu-core equal to its request "
+            "(or a limit alone)",
+            id="extended-request-without-limit",
+        ),
+        pytest.param(
+            _gpu("{requests: {cpu: '2'}, limits: {cpu: '1'}}"),
+            _PFX + "requests.cpu: must be less than or equal to cpu limit of '1'",
+            id="cpu-request-over-limit",
+        ),
+        pytest.param(
+            NODE + "---\napiVersion: v1\nkind: Pod\nmetadata: {name: p1}\n"
+            "spec: {schedulerName: koord-scheduler, containerz: [{name: c}]}\n",
+            "document 2 (Pod p1): spec.containerz: unknown field (known: ",
+            id="misspelled-field",
+        ),
+        pytest.param(
+            NODE + "---\napiVersion: v1\nkind: Pod\nmetadata: {name: p1, labelz: {a: b}}\n"
+            "spec: {containers: [{name: c}]}\n",
+            "document 2 (Pod p1): metadata.labelz: unknown field (known: ",
+            id="misspelled-metadata-field",
+        ),
+        pytest.param(
+            NODE + "---\napiVersion: v1\nkind: Pod\nmetadata: {name: p1}\n"
+            "spec: {schedulerName: koord-scheduler, containers: []}\n",
+            "document 2 (Pod p1): spec.containers: required: a pod has at least one container",
+            id="no-containers",
+        ),
+        pytest.param(
+            NODE + "---\napiVersion: v1\nkind: Pod\nmetadata: {name: p1}\n"
+            "spec: {containers: [{image: x}]}\n",
+            "document 2 (Pod p1): spec.containers[0].name: required (every container has a name)",
+            id="container-without-name",
+        ),
+        pytest.param(
+            GPU_NODE + "---\n" + GPU_DEVICE % (0, 100),
+            "document 2 (Device g1): spec.devices[1].minor: duplicate gpu minor 0 "
+            "(also spec.devices[0])",
+            id="device-duplicate-minor",
+        ),
+        pytest.param(
+            GPU_NODE + "---\n" + GPU_DEVICE % (1, -100),
+            "document 2 (Device g1): spec.devices[1].resources.koordinator.sh/gpu-core: "
+            "must be non-negative, got '-100'",
+            id="device-negative-capacity",
+        ),
+        pytest.param(
+            NODE.replace('pods: "10"}', "pods: \"10\", example.com/fpga: '1.5'}"),
+            "document 1 (Node n1): status.allocatable.example.com/fpga: must be an integer, "
+            "got '1.5' (an extended resource)",
+            id="node-fractional-extended",
+        ),
+        pytest.param(
+            NODE + "---\napiVersion: v1\nkind: Pod\nmetadata: {name: p1}\n"
+            "spec:\n  containers: [{name: c}]\n  nodeName: n1\n  nodeName: n2\n",
+            "document 2: duplicate key 'nodeName' at line 12, column 3",
+            id="duplicate-yaml-key",
+        ),
+    ],
+)
+def test_what_the_api_server_refuses_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str
+) -> None:
+    path = tmp_path / "scenario.yaml"
+    path.write_text(text)
+    assert main(["simulate", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.count("\n") == 1, err
+    line = f"koord-scheduler: error: {path}: {message}"
+    if message.endswith("(known: "):
+        assert err.startswith(line), err
+    else:
+        assert err == line + "\n"
+
+
+def test_an_extended_limit_alone_is_also_the_request(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "scenario.yaml"
+    path.write_text(_gpu("{limits: {nvidia.com/gpu: '1'}}"))
+    assert main(["simulate", str(path)]) == 0
+    assert "default/p1  g1" in capsys.readouterr().out
