@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -265,3 +266,66 @@ def test_an_extended_limit_alone_is_also_the_request(
     path.write_text(_gpu("{limits: {nvidia.com/gpu: '1'}}"))
     assert main(["simulate", str(path)]) == 0
     assert "default/p1  g1" in capsys.readouterr().out
+
+
+def _running(name: str, core: int, minor: int = 0) -> str:
+    shares = {"koordinator.sh/gpu-core": str(core), "koordinator.sh/gpu-memory-ratio": str(core)}
+    alloc = json.dumps({"gpu": [{"minor": minor, "resources": shares}]}, separators=(",", ":"))
+    res = f"{{koordinator.sh/gpu-core: '{core}', koordinator.sh/gpu-memory-ratio: '{core}'}}"
+    return f"""apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  annotations: {{scheduling.koordinator.sh/device-allocated: '{alloc}'}}
+spec:
+  schedulerName: koord-scheduler
+  nodeName: g1
+  containers: [{{name: c, resources: {{requests: {res}, limits: {res}}}}}]
+status: {{phase: Running}}
+"""
+
+
+def test_a_pod_for_another_scheduler_is_listed_apart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 26: such a pod was reported "Unschedulable" (with "pod was not scheduled")."""
+    other = (
+        (GPU_POD % "{requests: {cpu: '1'}}")
+        .replace("name: p1", "name: p2")
+        .replace("schedulerName: koord-scheduler", "schedulerName: default-scheduler")
+    )
+    path = tmp_path / "scenario.yaml"
+    path.write_text(_gpu("{requests: {cpu: '1'}}") + "---\n" + other)
+    assert main(["simulate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "Unschedulable" not in out and "UNSCHEDULABLE" not in out
+    assert "PLACEMENTS (1 pods to schedule, in file order)" in out
+    assert (
+        "NOT FOR THIS SCHEDULER (spec.schedulerName names no profile of this configuration)\n"
+        "default/p2: schedulerName 'default-scheduler' (profiles: koord-scheduler)\n"
+    ) in out
+    assert "pods: 1 scheduled, 0 unschedulable (of 1 pending); 0 already running; " in out
+    assert "1 not for this scheduler" in out
+
+
+def test_cards_overcommitted_by_running_pods_are_flagged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 26: running pods whose annotations allocate more than a card holds were not
+    flagged. A real cluster can be in that state, so it is a warning, not an error."""
+    path = tmp_path / "scenario.yaml"
+    path.write_text(
+        GPU_NODE + "---\n" + GPU_DEVICE % (1, 100)
+        + "---\n" + _running("a", 80) + "---\n" + _running("b", 60)
+    )  # fmt: skip
+    assert main(["simulate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "WARNINGS (the input as given)\n"
+        "node g1 gpu 0: running pods allocate koordinator.sh/gpu-core 140 of 100 "
+        "(default/a, default/b)\n"
+        "node g1 gpu 0: running pods allocate koordinator.sh/gpu-memory 24051816857 of "
+        "17179869184 (default/a, default/b)\n"  # the ratio's share of the card's 16Gi
+        "node g1 gpu 0: running pods allocate koordinator.sh/gpu-memory-ratio 140 of 100 "
+        "(default/a, default/b)\n"
+    ) in out
