@@ -115,11 +115,11 @@ def simulate(
     pending: list[str] = []
     try:
         for raw in scenario.pending_pods:
-            pod = cluster.apply_pod(raw)
-            if pod.scheduler_name in sched.profiles:
-                pending.append(pod.key)
+            queued = cluster.apply_pod(raw)
+            if queued.scheduler_name in sched.profiles:
+                pending.append(queued.key)
             else:
-                foreign[pod.key] = pod.scheduler_name
+                foreign[queued.key] = queued.scheduler_name
         assert isinstance(sched.clock, SimulatedClock)
         run_to_rest(sched, sched.clock)
     finally:
