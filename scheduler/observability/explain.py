@@ -5,10 +5,12 @@ Role: ``explain(scheduler, pod)`` answers from a ``Scheduler``'s own state (its 
 Framework, its cache's Snapshot and the plugins' device ledger): the same PreFilter and Filter
 code the scheduling cycle runs, never a copy of it. The per-card account is
 ``scheduler.observability.inspect.card_usage`` (what the node agents enforce). The preemption
-what-if is the kube-scheduler dry run in its simplest form: on a copy of the node's NodeInfo
-without the pods of lower priority (and through the PreFilter extensions' ``remove_pod``, so
-DeviceShare frees their cards in its cycle-state overlay), the filters run again. The full
-preemption plugin (minimal victim sets, PDBs) is a later issue.
+what-if is the profile's own DefaultPreemption: per node whose Filter status is resolvable, its
+``select_victims`` (minimal victims, PDB-protected pods reprieved first, DeviceShare's RemovePod)
+and, when the pod fits nowhere, its ``pick_one_node`` over those candidates in the snapshot's
+order: the node and victims the scheduler would nominate and evict. A profile without
+DefaultPreemption, or a pod with ``preemptionPolicy: Never``, preempts nothing. The closest
+candidates leave out nodes that reject the pod unresolvably (cordoned, tainted, wrong labels).
 
 Invariants: explain never mutates the scheduler: a fresh CycleState per question, NodeInfo
 copies for the what-if, no Reserve. The caller runs it on the thread that owns the scheduler
@@ -28,9 +30,18 @@ from apis.device import Device
 from apis.resources import GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO
 from scheduler.framework.cycle_state import CycleState
 from scheduler.framework.runtime import Framework
-from scheduler.framework.status import Status
-from scheduler.framework.types import NodeInfo, Snapshot
+from scheduler.framework.status import Code, Status
+from scheduler.framework.types import Snapshot
 from scheduler.observability.inspect import CardUsage, card_usage, table
+from scheduler.plugins.defaultpreemption.plugin import (
+    NAME as DEFAULT_PREEMPTION,
+)
+from scheduler.plugins.defaultpreemption.plugin import (
+    NEVER,
+    Candidate,
+    DefaultPreemption,
+    pick_one_node,
+)
 
 __all__ = ["CardFit", "Explanation", "NodeVerdict", "explain", "render_table", "to_json"]
 
@@ -72,6 +83,11 @@ class NodeVerdict:
     cards: tuple[CardFit, ...] = ()
     fits_after_preemption: bool = False
     victims: tuple[str, ...] = ()
+    pdb_violations: int = 0
+    """How many of ``victims`` a PodDisruptionBudget protects (the scheduler avoids them)."""
+    resolvable: bool = True
+    """False when the node rejects the pod UnschedulableAndUnresolvable (cordoned, tainted,
+    the wrong labels or GPU model): no eviction could help there."""
 
     @property
     def cards_fitting(self) -> int:
@@ -89,6 +105,13 @@ class Explanation:
     pre_filter: str = ""
     nodes: tuple[NodeVerdict, ...] = ()
     closest: tuple[str, ...] = field(default=())
+    need_memory_ratio: int = 0
+    """Per card, when the pod asks for a share of each card's memory (gpu-memory-ratio)."""
+    preempt_node: str = ""
+    """Where the scheduler's DefaultPreemption would nominate the pod ("" when it would not)."""
+    preempt_victims: tuple[str, ...] = ()
+    no_preemption: str = ""
+    """Why nothing is preempted although the pod fits nowhere ("" otherwise)."""
 
 
 def _gpu_need(pod: Pod, card_memory: int) -> tuple[int, int, int]:
@@ -125,34 +148,11 @@ def _cards(usage: Sequence[CardUsage], pod: Pod) -> tuple[tuple[CardFit, ...], i
     return fits, cards, core, memory
 
 
-def _copy_without(info: NodeInfo, victims: Iterable[Pod]) -> NodeInfo:
-    gone = {v.uid or v.key for v in victims}  # NodeInfo.pods is keyed by UID
-    copy = NodeInfo(info.name, info.slot)
-    copy.node = info.node
-    copy.generation = info.generation
-    for key, p in info.pods.items():
-        if key in gone:
-            continue
-        copy.pods[key] = p
-        for r, v in p.requests.items():
-            if v:
-                copy.requested[r] = copy.requested.get(r, 0) + v
-    return copy
-
-
-def _what_if(fwk: Framework, pod: Pod, info: NodeInfo) -> tuple[bool, tuple[str, ...]]:
-    victims = [p for p in info.pods.values() if p.priority < pod.priority]
-    if not victims:
-        return False, ()
-    state = CycleState()
-    if fwk.run_pre_filter(state, pod) is not None:
-        return False, ()
-    for victim in victims:
-        status = fwk.run_pre_filter_remove_pod(state, pod, victim, info)
-        if status is not None:
-            return False, ()
-    ok = fwk.run_filter(state, pod, _copy_without(info, victims)) is None
-    return ok, tuple(sorted(v.key for v in victims)) if ok else ()
+def _preemption_plugin(fwk: Framework) -> DefaultPreemption | None:
+    if DEFAULT_PREEMPTION not in fwk.plugins_at("post_filter"):
+        return None
+    plugin = fwk.plugin(DEFAULT_PREEMPTION)
+    return plugin if isinstance(plugin, DefaultPreemption) else None
 
 
 def explain(
@@ -175,42 +175,98 @@ def explain(
     by_node: dict[str, list[CardUsage]] = {}
     for c in usage:
         by_node.setdefault(c.node, []).append(c)
-    any_cards = next(iter(by_node.values()), [])
-    _, cards_needed, need_core, need_memory = _cards(any_cards, pod)
+    cards_needed = _gpu_need(pod, 0)[0]
     state = CycleState()
     pre: Status | None = fwk.run_pre_filter(state, pod)
-    verdicts: list[NodeVerdict] = []
-    for info in sorted(snapshot.node_infos(), key=lambda i: i.name):
+    preemption = _preemption_plugin(fwk)
+    why_not = ""
+    if pre is not None:
+        why_not = "rejected at PreFilter"
+    elif preemption is None:
+        why_not = f"{DEFAULT_PREEMPTION} is not enabled in profile {fwk.name}"
+    elif pod.preemption_policy == "Never":
+        why_not = NEVER
+    verdicts: dict[str, NodeVerdict] = {}
+    candidates: list[Candidate] = []
+    for info in snapshot.node_infos():  # the scheduler's order: its dry run's tie-break
         if info.node is None:
             continue
-        cards, n, core, memory = _cards(by_node.get(info.name, []), pod)
-        cards_needed, need_core, need_memory = (
-            (n, core, memory) if n else (cards_needed, need_core, need_memory)
-        )
+        cards = _cards(by_node.get(info.name, []), pod)[0]
         status = pre if pre is not None else fwk.run_filter(state, pod, info)
         if status is None:
-            verdicts.append(NodeVerdict(info.name, True, "", (), cards))
+            verdicts[info.name] = NodeVerdict(info.name, True, "", (), cards)
             continue
-        after, victims = _what_if(fwk, pod, info) if pre is None else (False, ())
-        verdicts.append(
-            NodeVerdict(
-                info.name, False, status.plugin or "", tuple(status.reasons), cards, after, victims
-            )
+        resolvable = status.code != Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+        found: Candidate | Status | None = None
+        if not why_not and resolvable and preemption is not None:
+            # The scheduler's own dry run for one node: minimal victims, PDBs reprieved first.
+            found = preemption.select_victims(state.clone(), pod, info.copy(), preemption.pdbs())
+        after = isinstance(found, Candidate)
+        if isinstance(found, Candidate):
+            candidates.append(found)
+        verdicts[info.name] = NodeVerdict(
+            info.name,
+            False,
+            status.plugin or "",
+            tuple(status.reasons),
+            cards,
+            after,
+            tuple(v.key for v in found.victims) if isinstance(found, Candidate) else (),
+            found.pdb_violations if isinstance(found, Candidate) else 0,
+            resolvable,
         )
+    ordered = [verdicts[name] for name in sorted(verdicts)]
+    best: Candidate | None = None
+    if any(v.fits for v in ordered):
+        why_not = ""
+        candidates = []
+    elif not why_not:
+        fine = [c for c in candidates if not c.pdb_violations]
+        best = pick_one_node(fine + [c for c in candidates if c.pdb_violations])
+        if best is None:
+            why_not = "no node fits even after evicting every pod of lower priority"
     closest = sorted(
-        (v for v in verdicts if not v.fits),
-        key=lambda v: (not v.fits_after_preemption, -v.cards_fitting, len(v.victims), v.node),
+        (v for v in ordered if not v.fits and v.resolvable),
+        key=lambda v: (
+            not v.fits_after_preemption,
+            v.pdb_violations,
+            -v.cards_fitting,
+            len(v.victims),
+            v.node,
+        ),
     )
+    if best is not None:
+        closest.sort(key=lambda v: v.node != best.node)
+    core, ratio, memory = _per_card(pod, cards_needed)
     return Explanation(
         pod.key,
         fwk.name,
         pod.priority,
         cards_needed,
-        need_core,
-        need_memory,
+        core,
+        memory,
         pre.message if pre is not None else "",
-        tuple(verdicts),
+        tuple(ordered),
         tuple(v.node for v in closest[:CLOSEST]),
+        ratio,
+        best.node if best is not None else "",
+        tuple(v.key for v in best.victims) if best is not None else (),
+        why_not,
+    )
+
+
+def _per_card(pod: Pod, cards: int) -> tuple[int, int, int]:
+    """(gpu-core, gpu-memory-ratio, gpu-memory bytes) the pod asks of each card, from its own
+    request: the header does not depend on any one node's card size."""
+    if not cards:
+        return 0, 0, 0
+    req = pod.requests
+    if req.get(NVIDIA_GPU, 0):
+        return 100, 100, 0
+    return (
+        req.get(GPU_CORE, 0) // cards,
+        req.get(GPU_MEMORY_RATIO, 0) // cards,
+        req.get(GPU_MEMORY, 0) // cards,
     )
 
 
@@ -229,9 +285,9 @@ def _gib(n: int) -> str:
 def render_table(e: Explanation) -> str:
     lines = [f"pod {e.pod} (profile {e.profile}, priority {e.priority})"]
     if e.cards_needed:
+        memory = _gib(e.need_memory) if e.need_memory else f"{e.need_memory_ratio}% of its"
         lines.append(
-            f"needs {e.cards_needed} GPU card(s), each {e.need_core} gpu-core and "
-            f"{_gib(e.need_memory)} memory"
+            f"needs {e.cards_needed} GPU card(s), each {e.need_core} gpu-core and {memory} memory"
         )
     if e.pre_filter:
         lines.append(f"rejected before any node was looked at: {e.pre_filter}")
@@ -242,16 +298,25 @@ def render_table(e: Explanation) -> str:
             + ("" if c.healthy else "(unhealthy)")
             for c in v.cards
         )
-        after = (
-            "-"
-            if v.fits
-            else (f"yes, evicting {', '.join(v.victims)}" if v.fits_after_preemption else "no")
-        )
+        after = "-"
+        if not v.fits:
+            after = "no" if v.resolvable else "no (unresolvable)"
+        if v.fits_after_preemption:
+            after = f"yes, evicting {', '.join(v.victims)}"
+            if v.pdb_violations:
+                after += f" ({v.pdb_violations} protected by a PodDisruptionBudget)"
         rows.append(
             [v.node, "yes" if v.fits else "no", v.plugin or "-", "; ".join(v.reasons) or "-",
              cards or "-", after]
         )  # fmt: skip
     lines.append(table(rows).rstrip("\n"))
+    if e.preempt_node:
+        lines.append(
+            f"preemption: the scheduler would nominate {e.preempt_node}, evicting "
+            f"{', '.join(e.preempt_victims)}"
+        )
+    elif e.no_preemption:
+        lines.append(f"no preemption: {e.no_preemption}")
     if e.closest:
         lines.append(f"closest candidates: {', '.join(e.closest)}")
     return "\n".join(lines) + "\n"

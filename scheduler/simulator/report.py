@@ -51,6 +51,10 @@ def _devices_of(pod: Pod) -> str:
 def render_table(result: SimulationResult) -> str:
     cluster = result.cluster
     out: list[str] = []
+    if result.warnings:
+        out.append("WARNINGS (the input as given)")
+        out.extend(result.warnings)
+        out.append("")
     rows = [["POD", "NODE", "DEVICES", "RESULT"]]
     for key in result.pending:
         pod = cluster.pods.get(key)
@@ -68,6 +72,15 @@ def render_table(result: SimulationResult) -> str:
         for key in result.pending:
             if key in result.failures:
                 out.append(f"{key}: {result.failures[key]}")
+
+    if result.foreign:
+        out.append("")
+        out.append(
+            "NOT FOR THIS SCHEDULER (spec.schedulerName names no profile of this configuration)"
+        )
+        profiles = ", ".join(result.profiles)
+        for key, name in result.foreign.items():
+            out.append(f"{key}: schedulerName {name!r} (profiles: {profiles})")
 
     if result.preemptions:
         out.append("")
@@ -88,6 +101,7 @@ def render_table(result: SimulationResult) -> str:
 
     scheduled = sum(1 for k in result.pending if k in cluster.pods and cluster.pods[k].node_name)
     running = sum(1 for p in cluster.pods.values() if p.node_name) - scheduled
+    not_ours = f"; {len(result.foreign)} not for this scheduler" if result.foreign else ""
     out.append("")
     out.append("SUMMARY")
     out.append(
@@ -98,6 +112,7 @@ def render_table(result: SimulationResult) -> str:
             if result.preemptions
             else ""
         )
+        + not_ours
     )
     summary = gpu_summary(cards)
     if summary:

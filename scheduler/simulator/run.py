@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from scheduler.config import Plugins, SchedulerConfiguration
 from scheduler.core import Preemption, Scheduler
 from scheduler.framework.interfaces import PluginFactory
+from scheduler.observability.inspect import card_usage
 from scheduler.simulator.cluster import InMemoryCluster
 from scheduler.simulator.scenario import Scenario
 
@@ -43,6 +44,13 @@ class SimulationResult:
     """Pod key → the scheduler's message, for pods left unscheduled."""
     preemptions: list[Preemption] = field(default_factory=list)
     """Every preemption of the run, in order (the victims as they were, cards included)."""
+    foreign: dict[str, str] = field(default_factory=dict)
+    """Pod key → its ``spec.schedulerName``, for pending pods no profile of the configuration
+    schedules (a real cluster leaves them to another scheduler): not in ``pending``."""
+    profiles: tuple[str, ...] = ()
+    """The configuration's scheduler names."""
+    warnings: list[str] = field(default_factory=list)
+    """What is odd in the input as given (a card the running pods over-commit): one line each."""
 
     def node_of(self, key: str) -> str:
         pod = self.cluster.pods.get(key)
@@ -100,9 +108,18 @@ def simulate(
         cluster.apply_pod_group(group)
     for pod in scenario.running_pods:
         cluster.apply_pod(pod)
+    warnings = overcommitted_cards(cluster)
     sched = simulated_scheduler(config, cluster, registry, default_plugins, seed)
+    profiles = tuple(sched.profiles)
+    foreign: dict[str, str] = {}
+    pending: list[str] = []
     try:
-        pending = [cluster.apply_pod(p).key for p in scenario.pending_pods]
+        for raw in scenario.pending_pods:
+            queued = cluster.apply_pod(raw)
+            if queued.scheduler_name in sched.profiles:
+                pending.append(queued.key)
+            else:
+                foreign[queued.key] = queued.scheduler_name
         assert isinstance(sched.clock, SimulatedClock)
         run_to_rest(sched, sched.clock)
     finally:
@@ -112,4 +129,22 @@ def simulate(
         for key in pending
         if key in cluster.pods and not cluster.pods[key].node_name
     }
-    return SimulationResult(cluster, pending, failures, list(sched.preemptions))
+    return SimulationResult(
+        cluster, pending, failures, list(sched.preemptions), foreign, profiles, warnings
+    )
+
+
+def overcommitted_cards(cluster: InMemoryCluster) -> list[str]:
+    """One line per card and resource that the bound pods' annotations allocate beyond the
+    card's capacity. A warning, not an error: a real cluster can be in that state (a Device CR
+    that shrank, pods bound by hand), and the scheduler must cope with it."""
+    lines = []
+    for card in card_usage(cluster.nodes, cluster.devices.values(), cluster.pods.values()):
+        for resource, used in sorted(card.allocated.items()):
+            total = card.capacity.get(resource, 0)
+            if used > total:
+                lines.append(
+                    f"node {card.node} {card.device_type} {card.minor}: running pods allocate "
+                    f"{resource} {used} of {total} ({', '.join(sorted(card.pods))})"
+                )
+    return lines

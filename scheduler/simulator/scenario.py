@@ -5,6 +5,10 @@ PodDisruptionBudgets, PriorityClasses and ``scheduling.sigs.k8s.io/v1alpha1`` Po
 separate documents or inside ``kind: List`` documents. Pods with ``spec.nodeName`` are already
 running; the rest are to be scheduled, in file order.
 
+Objects are checked as the API server would check them (``scheduler.simulator.validation``:
+strict field names, whole-number extended resources with request == limit, at least one named
+container, no duplicate card minors), and a key repeated in one YAML mapping is an error.
+
 Invariants: loading either returns a fully decoded scenario or raises ``ScenarioError`` whose
 one-line message names the file, the document (1-based) and the field — never a traceback.
 """
@@ -18,12 +22,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+from yaml.constructor import ConstructorError
+from yaml.nodes import MappingNode
 
 from apis.core import DecodeError, decode_node, decode_pod
 from apis.device import Device
 from apis.disruption import decode_pdb
 from apis.gang import POD_GROUP_API_VERSION, GangSpecError, decode_pod_group
-from apis.yamlload import Progress, load_all
+from apis.yamlload import HAVE_LIBYAML, Progress, load_all
+from scheduler.simulator.validation import check_object
 
 DEVICE_API_VERSION = "scheduling.koordinator.sh/v1alpha1"
 _KINDS = {
@@ -35,6 +42,42 @@ _KINDS = {
     ("scheduling.k8s.io/v1", "PriorityClass"),
     (POD_GROUP_API_VERSION, "PodGroup"),
 }
+
+
+class _DuplicateKey(ConstructorError):
+    pass
+
+
+class _RefuseDuplicateKeys:
+    """A safe loader's mapping constructor, refusing a key repeated in one mapping (the API
+    server's strict JSON decoding does; PyYAML would keep the last value silently)."""
+
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)  # type: ignore[attr-defined]
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: the base class reports it
+                continue
+            if duplicate:
+                raise _DuplicateKey(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)  # type: ignore[misc,no-any-return]
+
+
+class _NoDuplicateKeys(_RefuseDuplicateKeys, yaml.SafeLoader):
+    """The pure-Python safe loader refusing duplicate keys (its errors are the ones shown)."""
+
+
+_C_NO_DUPLICATE_KEYS: type[Any] | None = (
+    type("_CNoDuplicateKeys", (_RefuseDuplicateKeys, yaml.CSafeLoader), {})
+    if HAVE_LIBYAML
+    else None
+)
+"""The same on libyaml's parser, tried first (``apis.yamlload``)."""
 
 
 class ScenarioError(ValueError):
@@ -119,6 +162,7 @@ def parse_scenario(
                 key = decode_pod_group(obj).key
             else:
                 key = Device.from_dict(obj).name
+            check_object(kind, obj)
         except (DecodeError, GangSpecError, ValueError) as exc:
             raise ScenarioError(f"{label}: {exc}") from None
         first = seen.get((kind, key))
@@ -154,13 +198,18 @@ def _objects(
     text: str, source: str, progress: Progress | None = None
 ) -> Iterator[tuple[int, int | None, Any]]:
     try:
-        docs = load_all(text, progress=progress)
+        docs = load_all(text, _NoDuplicateKeys, _C_NO_DUPLICATE_KEYS, progress)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"
         doc_no = text.count("\n---", 0, _offset(text, mark.line) if mark else 0) + 1
         raise ScenarioError(
-            f"{source}: document {doc_no}: malformed YAML at {where}: {exc.problem}"
+            f"{source}: document {doc_no}: "
+            + (
+                f"{exc.problem} at {where}"
+                if isinstance(exc, _DuplicateKey)
+                else f"malformed YAML at {where}: {exc.problem}"
+            )
         ) from None
     except yaml.YAMLError as exc:
         raise ScenarioError(f"{source}: malformed YAML: {exc}") from None

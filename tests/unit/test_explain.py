@@ -122,7 +122,8 @@ def test_json_per_node_per_card_and_preemption(
     assert set(nodes) == {"busy", "sick", "tainted", "cpu"}
     assert not any(n["fits"] for n in nodes.values())
     cases = {  # node: (filter, free core per card, fits after preemption, victims)
-        "busy": ("NodeResourcesFit", [0, 30], True, ["ml/low-a", "ml/low-b", "ml/other"]),
+        # the scheduler's minimal victims: low-b's 60 frees card 1 (30 + 60 >= 80)
+        "busy": ("NodeResourcesFit", [0, 30], True, ["ml/low-b"]),
         "sick": ("DeviceShare", [100, 0], False, []),
         "tainted": ("TaintToleration", [100, 100], False, []),
         "cpu": ("NodeResourcesFit", [], False, []),
@@ -136,6 +137,7 @@ def test_json_per_node_per_card_and_preemption(
     sick = nodes["sick"]["cards"]
     assert [(c["healthy"], c["fits"]) for c in sick] == [(False, False), (True, False)]
     assert doc["closest"][0] == "busy"
+    assert (doc["preempt_node"], doc["preempt_victims"]) == ("busy", ["ml/low-b"])
 
 
 def test_table(cluster: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -144,7 +146,7 @@ def test_table(cluster: Path, capsys: pytest.CaptureFixture[str]) -> None:
     lines = out.splitlines()
     assert lines[0] == "pod ml/pending (profile koord-scheduler, priority 100)"
     busy = next(ln for ln in lines if ln.startswith("busy "))
-    assert "NodeResourcesFit" in busy and "yes, evicting ml/low-a, ml/low-b, ml/other" in busy
+    assert "NodeResourcesFit" in busy and "yes, evicting ml/low-b" in busy
     assert "(unhealthy)" in next(ln for ln in lines if ln.startswith("sick "))
     assert lines[-1].startswith("closest candidates: busy")
 
