@@ -55,7 +55,6 @@ def _constant(statuses: NodeStatuses) -> Callable[[], NodeStatuses]:
     return lambda: statuses
 
 
-
 class FilterPhase(ProfileBase):
     """PreFilter's AddPod/RemovePod extensions and the Filter phase, over a built profile."""
 

@@ -86,7 +86,6 @@ class NullObserver:
         pass
 
 
-
 def code_label(status: Status | None) -> str:
     return "Success" if status is None else status.code.label
 
