@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from apis.core import Pod
-from scheduler.framework.runtime import Observer
+from scheduler.framework.profile import Observer
 
 
 class MonotonicClock:

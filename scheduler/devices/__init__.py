@@ -7,8 +7,9 @@ rather than keep their own picture. Layout, by concern:
 
 - ``request``: a pod's device request (``parse_request``) and what holders take
   (``CardUse``, ``Holding``; from ``device-allocated`` and ``devices-checkpoints``);
-- ``ledger``: ``NodeDeviceLedger``, the matrices (per type: resources x nodes x cards
-  ``total``/``used``/``free``, ``healthy``, the per-card ``share``) and the holdings by pod uid;
+- ``ledger``: ``NodeDeviceLedger``, the holdings by pod uid, the Device CRs and the events,
+  over ``table``: the matrices (``CardTable`` per type: resources x nodes x cards
+  ``total``/``used``/``free``, ``healthy``, the per-card ``share``; ``card_views``);
 - ``topology``: the read-only card and node records (``CardView``, ``NodeView``, ``NodeMeta``)
   and the PCIe/NUMA choice;
 - ``interconnect``: the NVLink-aware choice of several whole GPUs and a set's connectivity
@@ -40,7 +41,7 @@ from scheduler.devices.allocator import (
     feasible_rows,
     rows_feasible,
 )
-from scheduler.devices.ledger import SHARE, NodeDeviceLedger
+from scheduler.devices.ledger import NodeDeviceLedger
 from scheduler.devices.overlay import NodeOverlay
 from scheduler.devices.request import (
     CardUse,
@@ -51,6 +52,7 @@ from scheduler.devices.request import (
     parse_request,
 )
 from scheduler.devices.scoring import Scorer, ScoringPolicy
+from scheduler.devices.table import SHARE
 from scheduler.devices.topology import CardView, NodeView
 from scheduler.framework.interfaces import Handle
 

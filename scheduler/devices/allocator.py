@@ -51,7 +51,7 @@ import numpy.typing as npt
 from apis.hints import SCOPE_NODE
 from apis.resources import DEVICE_GPU, memory_from_ratio, ratio_from_memory
 from scheduler.devices.interconnect import choose_connected
-from scheduler.devices.ledger import SHARE, NodeDeviceLedger
+from scheduler.devices.ledger import NodeDeviceLedger
 from scheduler.devices.partitions import choose_partition, uses_partitions
 from scheduler.devices.request import (
     GPU_CORE_INDEX,
@@ -63,6 +63,7 @@ from scheduler.devices.request import (
     TypeRequest,
 )
 from scheduler.devices.scoring import Scorer
+from scheduler.devices.table import SHARE
 from scheduler.devices.topology import (
     CardView,
     NodeMeta,

@@ -2,8 +2,9 @@
 
 Role: the scheduler's one source of truth for card state (Koordinator's ``nodeDeviceCache``,
 ``device_cache.go``), shared by every profile and plugin through the Handle
-(``scheduler.devices.ledger_of``) and kept as numpy matrices so Filter and Score can look at
-every card of the cluster in one pass. Per device type (gpu, rdma, fpga) and per tracked resource
+(``scheduler.devices.ledger_of``) and kept as numpy matrices (``table.CardTable``, one per
+device type) so Filter and Score can look at every card of the cluster in one pass. Per device
+type (gpu, rdma, fpga) and per tracked resource
 (``request.RESOURCES_BY_TYPE``) there are ``rows x cards`` int64 matrices ``total``, ``used``
 and ``free``, boolean ``exists``/``healthy`` masks, and per-row sums of ``total`` and of the
 allocated part ``total - free``, and ``share``: the free part of each card in thousandths,
@@ -53,7 +54,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -80,18 +81,15 @@ from scheduler.devices.request import (
     gpushare_uses,
     held_uses,
 )
+from scheduler.devices.table import CardTable, RowCards, accumulate, card_views
 from scheduler.devices.topology import NO_NODE_META, CardMeta, CardView, NodeMeta, NodeView
 from scheduler.framework.events import Change
 
-__all__ = ["SHARE", "InvalidAllocation", "NodeDeviceLedger"]
+__all__ = ["InvalidAllocation", "NodeDeviceLedger"]
 
 log = structlog.get_logger(__name__)
 
 I64 = npt.NDArray[np.int64]
-B = npt.NDArray[np.bool_]
-
-SHARE = 1000
-"""``share`` of an idle card (thousandths)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,80 +111,6 @@ class InvalidAllocation:
                 f"cards counted as fully used on node {self.pod.node_name}: {cards}")
 
 
-class _Table:
-    """The matrices of one device type."""
-
-    def __init__(self, n_res: int, rows: int, cards: int) -> None:
-        self.n_res = n_res
-        self.total: I64 = np.zeros((n_res, rows, cards), np.int64)
-        self.used: I64 = np.zeros((n_res, rows, cards), np.int64)
-        self.free: I64 = np.zeros((n_res, rows, cards), np.int64)
-        self.exists: B = np.zeros((rows, cards), bool)
-        self.healthy: B = np.zeros((rows, cards), bool)
-        self.sum_total: I64 = np.zeros((n_res, rows), np.int64)
-        self.sum_alloc: I64 = np.zeros((n_res, rows), np.int64)
-        self.share: I64 = np.zeros((rows, cards), np.int64)
-
-    @property
-    def cards(self) -> int:
-        return int(self.exists.shape[1])
-
-    def grow(self, rows: int, cards: int) -> None:
-        for name in (
-            "total", "used", "free", "exists", "healthy", "sum_total", "sum_alloc", "share"
-        ):
-            old = getattr(self, name)
-            shape = {3: (self.n_res, rows, cards), 2: (rows, cards)}[old.ndim]
-            if name.startswith("sum_"):
-                shape = (self.n_res, rows)
-            new = np.zeros(shape, old.dtype)
-            new[tuple(slice(0, n) for n in old.shape)] = old
-            setattr(self, name, new)
-
-    def refresh(self, row: int, cols: Iterable[int]) -> None:
-        idx = np.fromiter(cols, np.int64)
-        total = self.total[:, row, idx]
-        free = np.maximum(total - self.used[:, row, idx], 0)
-        self.free[:, row, idx] = free
-        declared = total > 0
-        part = np.where(declared, free * SHARE // np.maximum(total, 1), SHARE)
-        self.share[row, idx] = np.where(declared.any(axis=0), part.min(axis=0), 0)
-        self.sum_total[:, row] = self.total[:, row, :].sum(axis=1)
-        self.sum_alloc[:, row] = self.sum_total[:, row] - self.free[:, row, :].sum(axis=1)
-
-    def refresh_used(self, row: int, cols: Iterable[int]) -> None:
-        """``refresh`` after only ``used`` of ``cols`` changed (totals as they were): each
-        card's ``free`` and ``share`` recomputed and the row's ``sum_alloc`` moved by the
-        change in ``free``, in Python ints (a holding touches a few cards; numpy's per-call
-        cost would dominate)."""
-        moved: list[int] | None = None
-        for col in cols:
-            total = self.total[:, row, col].tolist()
-            used = self.used[:, row, col].tolist()
-            old = self.free[:, row, col].tolist()
-            free = [t - u if t > u else 0 for t, u in zip(total, used, strict=True)]
-            self.free[:, row, col] = free
-            declared = [t > 0 for t in total]
-            self.share[row, col] = min(
-                f * SHARE // t if d else SHARE
-                for t, f, d in zip(total, free, declared, strict=True)
-            ) if any(declared) else 0
-            change = [o - f for o, f in zip(old, free, strict=True)]
-            moved = change if moved is None else [a + b for a, b in zip(moved, change,
-                                                                         strict=True)]
-        if moved is not None and any(moved):
-            self.sum_alloc[:, row] += moved
-
-
-@dataclass(slots=True)
-class _RowType:
-    """Per row and type: the card of each column (None = held but not in the CR)."""
-
-    cols: list[CardMeta | None] = field(default_factory=list)
-    minors: list[int] = field(default_factory=list)
-    col_of: dict[int, int] = field(default_factory=dict)
-
-
 class NodeDeviceLedger:
     """The cluster's device inventory and allocations (see the module docstring)."""
 
@@ -197,12 +121,12 @@ class NodeDeviceLedger:
         """The size of one ``aliyun.com/gpu-mem`` (pods placed by gpushare, SPEC §10)."""
         self._rows_cap = max(1, rows)
         self._tables = {
-            t: _Table(len(RESOURCES_BY_TYPE[t]), self._rows_cap, max(1, cards))
+            t: CardTable(len(RESOURCES_BY_TYPE[t]), self._rows_cap, max(1, cards))
             for t in DEVICE_TYPES
         }
         self._row_of: dict[str, int] = {}
         self._names: list[str] = []
-        self._meta: list[dict[str, _RowType]] = []
+        self._meta: list[dict[str, RowCards]] = []
         self._devices: dict[str, Device] = {}
         self._node_meta: dict[str, NodeMeta] = {}
         self.topology_rows: set[int] = set()
@@ -236,7 +160,7 @@ class NodeDeviceLedger:
     def row_of(self, node: str) -> int | None:
         return self._row_of.get(node)
 
-    def table(self, device_type: str) -> _Table:
+    def table(self, device_type: str) -> CardTable:
         return self._tables[device_type]
 
     def has_device(self, node: str) -> bool:
@@ -296,43 +220,17 @@ class NodeDeviceLedger:
             if h.node != node:
                 continue
             for use in h.uses:
-                _accumulate(minus, use, 1)
+                accumulate(minus, use, 1)
         for h in added:
             if h.node != node:
                 continue
             for use in h.uses:
-                _accumulate(minus, use, -1)
+                accumulate(minus, use, -1)
         cards: dict[str, tuple[CardView, ...]] = {}
         for t in device_types:
-            if row is None:
-                cards[t] = ()
-                continue
-            rt = self._meta[row][t]
-            tbl = self._tables[t]
-            n = len(rt.cols)
-            total = tbl.total[:, row, :n].T.tolist()
-            used = tbl.used[:, row, :n].T.tolist()
-            healthy = tbl.healthy[row, :n].tolist()
-            views = []
-            for col in range(n):
-                sub = minus.get((t, rt.minors[col]))
-                u = tuple(used[col]) if sub is None else tuple(
-                    x - y for x, y in zip(used[col], sub, strict=True)
-                )
-                tot = tuple(total[col])
-                views.append(
-                    CardView(
-                        minor=rt.minors[col],
-                        exists=rt.cols[col] is not None,
-                        healthy=bool(healthy[col]),
-                        total=tot,
-                        used=u,
-                        free=tuple(max(a - b, 0) for a, b in zip(tot, u, strict=True)),
-                        meta=rt.cols[col],
-                    )
-                )
-            views.sort(key=lambda v: v.minor)
-            cards[t] = tuple(views)
+            cards[t] = () if row is None else card_views(
+                self._tables[t], self._meta[row][t], row, t, minus
+            )
         return NodeView(node, node in self._devices, cards, self.node_meta(node))
 
     # -- changes ----------------------------------------------------------------------------
@@ -611,7 +509,7 @@ class NodeDeviceLedger:
                 tbl.grow(self._rows_cap, tbl.cards)
         self._row_of[node] = row
         self._names.append(node)
-        self._meta.append({t: _RowType() for t in DEVICE_TYPES})
+        self._meta.append({t: RowCards() for t in DEVICE_TYPES})
         if len(self.row_version) < self._rows_cap:
             version = np.zeros(self._rows_cap, np.int64)
             version[: len(self.row_version)] = self.row_version
@@ -623,13 +521,6 @@ class NodeDeviceLedger:
         self._tick += 1
         self.row_version[row] = self._tick
 
-    def _ensure_cards(self, tbl: _Table, n: int) -> None:
-        if n > tbl.cards:
-            cap = tbl.cards
-            while cap < n:
-                cap *= 2
-            tbl.grow(self._rows_cap, cap)
-
     def _rebuild_row(self, node: str) -> None:
         """Lay out the node's row again from its Device CR and its holdings."""
         row = self._ensure_row(node)
@@ -637,7 +528,7 @@ class NodeDeviceLedger:
         usage: dict[tuple[str, int], list[int]] = {}
         for h in self._node_holdings(node):
             for use in h.uses:
-                _accumulate(usage, use, 1)
+                accumulate(usage, use, 1)
         for t in DEVICE_TYPES:
             names = RESOURCES_BY_TYPE[t]
             metas: dict[int, CardMeta] = {}
@@ -652,29 +543,7 @@ class NodeDeviceLedger:
                     labels=d.labels,
                     topology=d.topology,
                 )
-            minors = sorted(set(metas) | {m for (tt, m) in usage if tt == t})
-            tbl = self._tables[t]
-            self._ensure_cards(tbl, len(minors))
-            rt = _RowType()
-            tbl.total[:, row, :] = 0
-            tbl.used[:, row, :] = 0
-            tbl.exists[row, :] = False
-            tbl.healthy[row, :] = False
-            for col, minor in enumerate(minors):
-                meta = metas.get(minor)
-                rt.cols.append(meta)
-                rt.minors.append(minor)
-                rt.col_of[minor] = col
-                if meta is not None:
-                    tbl.exists[row, col] = True
-                    tbl.healthy[row, col] = meta.healthy
-                    if meta.healthy:
-                        tbl.total[:, row, col] = meta.declared
-                used = usage.get((t, minor))
-                if used is not None:
-                    tbl.used[:, row, col] = used
-            self._meta[row][t] = rt
-            tbl.refresh(row, range(tbl.cards))
+            self._meta[row][t] = self._tables[t].lay_out(row, metas, usage, t)
         self._touch(row)
 
     def _set_holding(self, holding: Holding) -> None:
@@ -713,7 +582,7 @@ class NodeDeviceLedger:
             col = rt.col_of.get(use.minor)
             if col is None:
                 col = len(rt.minors)
-                self._ensure_cards(tbl, col + 1)
+                tbl.ensure_cards(col + 1)
                 rt.cols.append(None)
                 rt.minors.append(use.minor)
                 rt.col_of[use.minor] = col
@@ -729,14 +598,3 @@ class NodeDeviceLedger:
 
 def _cards_of(uses: Iterable[CardUse]) -> tuple[tuple[str, int], ...]:
     return tuple(sorted({(u.device_type, u.minor) for u in uses}))
-
-
-def _accumulate(into: dict[tuple[str, int], list[int]], use: CardUse, sign: int) -> None:
-    index = RESOURCE_INDEX.get(use.device_type)
-    if index is None:
-        return
-    acc = into.setdefault((use.device_type, use.minor), [0] * len(index))
-    for name, amount in use.resources:
-        ri = index.get(name)
-        if ri is not None:
-            acc[ri] += sign * amount

@@ -56,6 +56,11 @@ class NodeOverlay:
     def added(self) -> Sequence[Holding]:
         return tuple(self._added.values())
 
+    @property
+    def changed(self) -> bool:
+        """Whether this overlay removes or adds anything (else it reads as the ledger)."""
+        return bool(self._removed or self._added)
+
     def remove(self, uid: str) -> bool:
         """Release ``uid``'s devices on this node in the overlay; False if it holds none."""
         if self._added.pop(uid, None) is not None:
@@ -69,9 +74,10 @@ class NodeOverlay:
         self._removed[uid] = held
         return True
 
-    def restore(self, uid: str) -> None:
-        """Undo ``remove(uid)`` (the pod holds what the ledger says again)."""
-        self._removed.pop(uid, None)
+    def restore(self, uid: str) -> bool:
+        """Undo ``remove(uid)`` (the pod holds what the ledger says again); False if it was
+        not removed."""
+        return self._removed.pop(uid, None) is not None
 
     def add(self, uid: str, uses: Iterable[CardUse]) -> Holding:
         """Let ``uid`` hold ``uses`` in the overlay (replacing what it held before)."""

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from scheduler.kube.catchup import in_flight_settle
 from scheduler.kube.cluster import FENCED_WRITE_TIMEOUT
-from scheduler.kube.leader import in_flight_settle
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_scheduler_harness import (

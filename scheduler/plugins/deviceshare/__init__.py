@@ -1,9 +1,10 @@
 """DeviceShare: fine-grained GPU, RDMA and FPGA allocation (Koordinator's plugin).
 
 Role: the package's public face — ``new_deviceshare(args, handle)``, the factory the plugin
-registry uses. Layout: ``args`` (pluginConfig) and ``plugin`` (the thin extension points); the
-card state and its logic (request parsing, the ledger, scoring, topology, the allocator) live
-below the plugins in ``scheduler.devices``, shared with every other user of card state.
+registry uses. Layout: ``args`` (pluginConfig), ``plugin`` (the thin extension points) and
+``state`` (the cycle-state entry, its what-if a ``NodeOverlay`` per node); the card state
+and its logic (request parsing, the ledger, scoring, topology, the allocator) live below the
+plugins in ``scheduler.devices``, shared with every other user of card state.
 
 Invariants: importing the package registers and starts nothing; every profile of one
 scheduler shares one ledger and one event handler (``scheduler.devices.ledger_of``).

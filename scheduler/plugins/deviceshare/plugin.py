@@ -9,9 +9,9 @@ allocate), ``scoring`` and the scheduler's one ``NodeDeviceLedger`` (all in
   Skip (Filter does not run; PreScore Skips too, so Score does not run; Reserve and PreBind
   do nothing), an invalid one UnschedulableAndUnresolvable with Koordinator's message.
 - AddPod/RemovePod (preemption dry runs, nominated pods) release or restore a victim's devices
-  in a per-cycle overlay of the entry; a nominated pod (which holds nothing yet) is added as
-  the allocation the allocator would give it on that node, so its shares stay taken. The
-  ledger is untouched.
+  in the entry's per-node ``NodeOverlay`` (``state.DeviceShareState``); a nominated pod (which
+  holds nothing yet) is added as the allocation the allocator would give it on that node, so
+  its shares stay taken. The ledger is untouched.
 - Filter / ``filter_nodes``: the allocator on one node / its whole-cluster feasibility (numpy
   over the ledger; for hinted or joint requests only the nodes that pass that numpy pass are
   then tried one by one, and overlay nodes always are).
@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import numpy as np
 
@@ -70,7 +70,6 @@ from scheduler.devices.request import (
     GPU_MEMORY_INDEX,
     CardUse,
     DeviceRequest,
-    Holding,
     RequestError,
     parse_request,
 )
@@ -90,6 +89,7 @@ from scheduler.framework.interfaces import Handle, PreFilterExtensions
 from scheduler.framework.status import SKIP, Status, error, unresolvable, unschedulable
 from scheduler.framework.types import BoolArray, IntArray, NodeInfo, Snapshot
 from scheduler.plugins.deviceshare.args import DeviceShareArgs
+from scheduler.plugins.deviceshare.state import DeviceShareState
 
 __all__ = [
     "ALLOCATION_KEY",
@@ -98,7 +98,6 @@ __all__ = [
     "REASON_INVALID_ALLOCATION",
     "STATE_KEY",
     "DeviceShare",
-    "DeviceShareState",
     "InvalidAllocationReporter",
 ]
 
@@ -139,46 +138,6 @@ def _shape(request: DeviceRequest) -> tuple[object, ...] | None:
     return (request.types, request.partition, request.gpushare_units)
 
 
-@dataclass(slots=True)
-class DeviceShareState:
-    """The cycle-state entry: the frozen request, the preemption overlay, the allocation."""
-
-    request: DeviceRequest | None
-    removed: dict[str, dict[str, Holding]] = field(default_factory=dict)
-    added: dict[str, dict[str, Holding]] = field(default_factory=dict)
-    """Per node, what nominated pods would take there (kept for them)."""
-    saturated: set[str] = field(default_factory=set)
-    """Nodes where a nominated pod's devices do not even fit: nothing is left for others."""
-    holding: Holding | None = None
-    annotation: str = ""
-    gpushare: dict[str, str] = field(default_factory=dict)
-    """gpushare's bind annotations (``aliyun.com/gpu-mem`` pods), computed at Reserve."""
-    connectivity: dict[str, int] = field(default_factory=dict)
-    """Per node, ``allocate``'s outcome for the pod: -1 (fails) or the connectivity score of
-    the cards it gives (see ``DeviceShare._outcome``)."""
-
-    def clone(self) -> DeviceShareState:
-        return DeviceShareState(
-            self.request,
-            {node: dict(h) for node, h in self.removed.items()},
-            {node: dict(h) for node, h in self.added.items()},
-            set(self.saturated),
-            self.holding,
-            self.annotation,
-            dict(self.gpushare),
-        )
-
-    def removed_on(self, node: str) -> Sequence[Holding]:
-        return tuple(self.removed.get(node, {}).values())
-
-    def added_on(self, node: str) -> Sequence[Holding]:
-        return tuple(self.added.get(node, {}).values())
-
-    def overlaid(self) -> set[str]:
-        """Nodes this cycle sees differently from the ledger."""
-        return set(self.removed) | set(self.added) | self.saturated
-
-
 class _Extensions:
     """AddPod/RemovePod: a victim's devices are free for this cycle only."""
 
@@ -192,14 +151,9 @@ class _Extensions:
         if entry is None or entry.request is None:
             return None
         entry.connectivity.pop(node.name, None)
-        removed = entry.removed.get(node.name)
-        if removed is not None and pod_to_add.uid in removed:
-            del removed[pod_to_add.uid]  # a reprieved victim keeps its cards
-            if not removed:
-                del entry.removed[node.name]
-            return None
-        held = self._plugin.ledger.holding(pod_to_add.uid)
-        if held is not None:
+        if entry.restore(node.name, pod_to_add.uid):
+            return None  # a reprieved victim keeps its cards
+        if self._plugin.ledger.holding(pod_to_add.uid) is not None:
             return None  # already counted by the ledger (wherever it is)
         return self._plugin.add_nominated(entry, pod_to_add, node.name)
 
@@ -210,15 +164,7 @@ class _Extensions:
         if entry is None or entry.request is None:
             return None
         entry.connectivity.pop(node.name, None)
-        added = entry.added.get(node.name)
-        if added is not None and pod_to_remove.uid in added:
-            del added[pod_to_remove.uid]
-            if not added:
-                del entry.added[node.name]
-            return None
-        holding = self._plugin.ledger.holding(pod_to_remove.uid)
-        if holding is not None and holding.node == node.name:
-            entry.removed.setdefault(node.name, {})[holding.uid] = holding
+        entry.remove(self._plugin.ledger, node.name, pod_to_remove.uid)
         return None
 
 
@@ -291,7 +237,7 @@ class DeviceShare:
     # -- Filter -------------------------------------------------------------------------------
 
     def _view(self, entry: DeviceShareState, types: Sequence[str], node: str) -> NodeView:
-        return self.ledger.node_view(node, types, entry.removed_on(node), entry.added_on(node))
+        return entry.view(self.ledger, node, types)
 
     def _evaluate(self, entry: DeviceShareState, request: DeviceRequest, node: str
                   ) -> list[CardUse] | Status:
@@ -312,7 +258,7 @@ class DeviceShare:
         if isinstance(result, Status):
             entry.saturated.add(node)
             return None
-        entry.added.setdefault(node, {})[pod.uid] = Holding(pod.uid, node, tuple(result))
+        entry.add(self.ledger, node, pod.uid, result)
         return None
 
     def filter(self, state: CycleState, pod: Pod, node: NodeInfo) -> Status | None:

@@ -24,7 +24,7 @@ from apis.device import ANNOTATION_DEVICES_CHECKPOINTS, Device
 from apis.partition import ANNOTATION_GPU_PARTITIONS, POLICY_HONOR
 from apis.topology import ANNOTATION_GPU_TOPOLOGY
 from scheduler.devices.allocator import allocate
-from scheduler.devices.ledger import InvalidAllocation, NodeDeviceLedger, _Table
+from scheduler.devices.ledger import InvalidAllocation, NodeDeviceLedger
 from scheduler.devices.request import (
     RESERVED,
     CardUse,
@@ -34,6 +34,7 @@ from scheduler.devices.request import (
     uses_from_annotation,
 )
 from scheduler.devices.scoring import Scorer
+from scheduler.devices.table import CardTable as _Table
 from scheduler.devices.topology import NodeMeta
 from scheduler.framework.events import Change
 from tests.unit.devices.helpers import (

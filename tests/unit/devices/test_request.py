@@ -9,7 +9,8 @@ import pytest
 from apis.hints import ANNOTATION_DEVICE_ALLOCATE_HINT, ANNOTATION_DEVICE_JOINT_ALLOCATE
 from scheduler.devices.request import TypeRequest, parse_request
 from scheduler.framework.status import Code
-from scheduler.plugins.deviceshare.plugin import STATE_KEY, DeviceShareState
+from scheduler.plugins.deviceshare.plugin import STATE_KEY
+from scheduler.plugins.deviceshare.state import DeviceShareState
 from tests.builders import make_pod
 from tests.unit.devices.helpers import GI, gpu_pod, gpus, plugin_of, prefilter
 

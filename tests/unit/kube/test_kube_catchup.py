@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from scheduler.kube.catchup import CatchUp, in_flight_settle, rv_reached
 from scheduler.kube.cluster import PODS_PATH, KubeCluster, pod_spec
 from scheduler.kube.informer import Informer
-from scheduler.kube.leader import CatchUp, in_flight_settle, rv_reached
 from scheduler.kube.ratelimit import Backoff
 from scheduler.kube.rest import KubeError, RestClient, TransportError
 from tests.fakes import FakeClock

@@ -10,7 +10,7 @@ import pytest
 
 from scheduler.core import Scheduler
 from scheduler.framework.events import Change
-from scheduler.kube.leader import CatchUp
+from scheduler.kube.catchup import CatchUp
 from scheduler.simulator.cluster import InMemoryCluster
 from tests.adversarial_cluster import AdversarialCluster
 from tests.builders import make_pod
