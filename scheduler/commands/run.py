@@ -84,9 +84,10 @@ def serve_cluster(args: argparse.Namespace, front: FrontEnd | None = None) -> in
     schedules from its own queue: the front end answers kube-scheduler's calls with it, and
     only the leader is ready."""
     from scheduler.core import Scheduler
+    from scheduler.kube.catchup import CatchUp, in_flight_settle
     from scheduler.kube.cluster import KubeCluster, bind_permission_problem
     from scheduler.kube.events import EventRecorder
-    from scheduler.kube.leader import CatchUp, KubeLeaseStore, LeaderElector, in_flight_settle
+    from scheduler.kube.leader import KubeLeaseStore, LeaderElector
     from scheduler.kube.ratelimit import TokenBucket
     from scheduler.kube.rest import CredentialsError, RestClient, Urllib3Transport, load_credentials
     from scheduler.observability.health import Check, HealthServer

@@ -43,19 +43,14 @@ from typing import Any, Protocol
 
 import structlog
 
-from scheduler.kube.catchup import CatchUp, in_flight_settle
 from scheduler.kube.rest import ApiError, KubeError, RestClient, path_segment
 
-# CatchUp and in_flight_settle live in scheduler.kube.catchup; they are re-exported here only
-# because scheduler/commands/run.py still imports them from this module.
 __all__ = [
-    "CatchUp",
     "KubeLeaseStore",
     "LeaderElector",
     "LeaseConflict",
     "LeaseRecord",
     "LeaseStore",
-    "in_flight_settle",
     "micro_time",
 ]
 

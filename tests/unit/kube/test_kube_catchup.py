@@ -1,4 +1,4 @@
-"""scheduler.kube.leader.CatchUp: a new leader schedules only once its pod informer has applied
+"""scheduler.kube.catchup.CatchUp: a new leader schedules only once its pod informer has applied
 every event up to a quorum LIST made after the acquisition (issue 23, finding 2), on a fake
 clock with a fake of the informer's side (``PodFeed``)."""
 

@@ -1,6 +1,6 @@
 """Issue 23, finding 2, in process: two Scheduler replicas over one true cluster, the Lease
 handed from A to B while B's pod watch is behind but in order. B schedules through the
-catch-up gate (``scheduler.kube.leader.CatchUp``) as ``run``'s ``ready()`` does."""
+catch-up gate (``scheduler.kube.catchup.CatchUp``) as ``run``'s ``ready()`` does."""
 
 from __future__ import annotations
 
