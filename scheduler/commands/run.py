@@ -333,8 +333,12 @@ def _secure_serving(args: argparse.Namespace, log: Any) -> ssl.SSLContext | None
         except ValueError:
             hosts.insert(0, args.bind_address)  # a host name
         context = pem_context(*self_signed(hosts))
-    except TLSError as exc:
-        raise UserError(str(exc)) from None
+    except (TLSError, ValueError) as exc:  # ValueError: a host name x509 cannot carry
+        raise UserError(
+            f"self-signed certificate for {hosts}: {exc}"
+            if isinstance(exc, ValueError)
+            else str(exc)
+        ) from None
     log.info(
         "no --tls-cert-file: serving a self-signed certificate kept in memory",
         hosts=list(dict.fromkeys(hosts)),
