@@ -336,6 +336,7 @@ def start_scheduler(
             f"--kubeconfig={srv.kubeconfig_path()}",
             f"--config={koord_config(workdir, args.percentage)}",
             "--leader-elect=false", "--bind-address=127.0.0.1", f"--port={port}",
+            "--secure-port=0",  # plain HTTP on --port (insecure) is what this bench scrapes
             f"--kube-api-qps={args.qps}", f"--kube-api-burst={args.burst}",
             # Go kube-scheduler's events share its client QPS: the same budget for ours.
             f"--event-qps={args.qps}", f"--event-burst={args.burst}",

@@ -107,10 +107,12 @@ def _add_run(sub: Any) -> None:
             "Run koord-scheduler against the cluster of --kubeconfig (or in-cluster): "
             "list/watch Nodes, Pods and Device CRs, schedule pods whose schedulerName is one "
             "of the profiles, bind them with their device allocation. Serves /healthz, "
-            "/livez, /readyz and /metrics on --bind-address:--port."
+            "/livez, /readyz and /metrics as HTTPS on --bind-address:--secure-port (tokens "
+            "checked with the API server), and as plain HTTP on --port only when it is set."
         ),
     )
     _serve_flags(run)
+    _secure_serving_flags(run)
     run.set_defaults(func=cmd_run)
 
 
@@ -129,6 +131,7 @@ def _add_extender(sub: Any) -> None:
         ),
     )
     _serve_flags(ext)
+    _secure_serving_flags(ext)
     ext.add_argument(
         "--extender-address",
         default="0.0.0.0",
@@ -201,8 +204,9 @@ def _serve_flags(run: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--port",
         type=int,
-        default=10251,
-        help="port of /healthz, /livez, /readyz, /metrics (default 10251; 0: any)",
+        default=0,
+        help="INSECURE: also serve the endpoints as plain HTTP without authentication on this "
+        "port (10251 was the default; default 0: disabled)",
     )
     run.add_argument(
         "--bind-mode",
@@ -289,6 +293,40 @@ def log_level_of(args: argparse.Namespace) -> str:
         return log_level(args.log_level, args.v)
     except ValueError as exc:
         raise UserError(str(exc)) from None
+
+
+def _secure_serving_flags(run: argparse.ArgumentParser) -> None:
+    """The secure port (``run`` and ``extender``), kube-scheduler's flags and defaults."""
+    secure = run.add_argument_group(
+        "secure serving",
+        "HTTPS on --bind-address:--secure-port; requests are authenticated (bearer token -> "
+        "TokenReview; none: system:anonymous) and authorized (SubjectAccessReview, verb get "
+        "on the path) by the API server, except the always-allowed paths",
+    )
+    secure.add_argument(
+        "--secure-port",
+        type=int,
+        default=10259,
+        metavar="PORT",
+        help="HTTPS port of /healthz, /livez, /readyz, /metrics, /debug/* (default 10259; "
+        "0: disabled)",
+    )
+    secure.add_argument(
+        "--tls-cert-file",
+        metavar="PATH",
+        help="PEM certificate (chain) of the secure port (default: a self-signed certificate "
+        "made at startup, kept in memory)",
+    )
+    secure.add_argument(
+        "--tls-private-key-file", metavar="PATH", help="PEM private key of --tls-cert-file"
+    )
+    secure.add_argument(
+        "--authorization-always-allow-paths",
+        default="/healthz,/readyz,/livez",
+        metavar="PATHS",
+        help="comma-separated paths served without authentication or authorization "
+        "(a trailing * matches a prefix; default /healthz,/readyz,/livez)",
+    )
 
 
 def _add_inspect(sub: Any) -> None:

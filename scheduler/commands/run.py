@@ -6,9 +6,11 @@ same way with a front end of its own (``scheduler.commands.extender``)."""
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import signal
 import socket
+import ssl
 import threading
 import uuid
 from collections.abc import Callable
@@ -84,17 +86,20 @@ def serve_cluster(args: argparse.Namespace, front: FrontEnd | None = None) -> in
     schedules from its own queue: the front end answers kube-scheduler's calls with it, and
     only the leader is ready."""
     from scheduler.core import Scheduler
+    from scheduler.kube.auth import SubjectAccessReviewAuthorizer, TokenReviewAuthenticator
     from scheduler.kube.catchup import CatchUp, in_flight_settle
     from scheduler.kube.cluster import KubeCluster, bind_permission_problem
     from scheduler.kube.events import EventRecorder
     from scheduler.kube.leader import KubeLeaseStore, LeaderElector
     from scheduler.kube.ratelimit import TokenBucket
     from scheduler.kube.rest import CredentialsError, RestClient, Urllib3Transport, load_credentials
-    from scheduler.observability.health import Check, HealthServer
+    from scheduler.observability.health import Access, Check, HealthServer
     from scheduler.observability.metrics import SchedulerMetrics
 
     config = run_config(args)
     log = structlog.get_logger("koord-scheduler")
+    always_allow = _always_allow_paths(args)
+    tls = _secure_serving(args, log)
     try:
         creds = load_credentials(args.kubeconfig, args.master, args.context)
     except CredentialsError as exc:
@@ -214,22 +219,46 @@ def serve_cluster(args: argparse.Namespace, front: FrontEnd | None = None) -> in
             args, sched, cluster, metrics, lambda: fence() and cluster.synced() and caught_up()
         )
 
-    try:
-        server = HealthServer(
-            args.bind_address,
-            args.port,
-            live=[Check("ping", lambda: None), Check("threads", threads_alive)],
-            ready=[
-                Check("ping", lambda: None),
-                Check("informer-sync", caches),
-                Check("leader-election", leadership),
-                Check("leader-catch-up", lambda: None if catch_up is None else catch_up.waiting()),
-            ],
-            metrics=metrics.write_exposition,
-            explain=lambda ns, name, output: _explain_live(sched, cluster, ns, name, output),
+    def listen(port: int, tls: ssl.SSLContext | None, access: Access | None) -> HealthServer:
+        try:
+            return HealthServer(
+                args.bind_address,
+                port,
+                live=[Check("ping", lambda: None), Check("threads", threads_alive)],
+                ready=[
+                    Check("ping", lambda: None),
+                    Check("informer-sync", caches),
+                    Check("leader-election", leadership),
+                    Check(
+                        "leader-catch-up",
+                        lambda: None if catch_up is None else catch_up.waiting(),
+                    ),
+                ],
+                metrics=metrics.write_exposition,
+                explain=lambda ns, name, output: _explain_live(sched, cluster, ns, name, output),
+                tls=tls,
+                access=access,
+            )
+        except OSError as exc:
+            raise UserError(f"cannot listen on {args.bind_address}:{port}: {exc}") from None
+
+    # The secure port asks the API server who a token is and what it may read (not rate
+    # limited with the scheduling writes; the reviews are cached briefly).
+    servers: list[HealthServer] = []
+    if tls is not None:
+        reviews = rest.with_limiter(None)
+        access = Access(
+            TokenReviewAuthenticator(reviews), SubjectAccessReviewAuthorizer(reviews), always_allow
         )
-    except OSError as exc:
-        raise UserError(f"cannot listen on {args.bind_address}:{args.port}: {exc}") from None
+        servers.append(listen(args.secure_port, tls, access))
+    if args.port:
+        try:
+            servers.append(listen(args.port, None, None))
+        except UserError:
+            for server in servers:
+                server.stop()
+            raise
+        log.warning("serving plain HTTP without authentication (--port)", port=args.port)
 
     def on_signal(signum: int, frame: Any) -> None:
         log.info("stopping", signal=signal.Signals(signum).name)
@@ -243,9 +272,11 @@ def serve_cluster(args: argparse.Namespace, front: FrontEnd | None = None) -> in
         server=creds.host,
         profiles=[p.scheduler_name for p in config.profiles],
         leader_elect=le.leader_elect,
-        port=server.port,
+        secure_port=args.secure_port,
+        port=args.port,
     )
-    server.start()
+    for server in servers:
+        server.start()
     cluster.start()
     if catch_up is not None:
         catch_up.start()  # before the elector: it is told of every acquisition
@@ -278,13 +309,66 @@ def serve_cluster(args: argparse.Namespace, front: FrontEnd | None = None) -> in
             ext_server.stop()
         cluster.stop()
         sched.close()
-        server.stop()
+        for server in servers:
+            server.stop()
         transport.close()
         log.info("stopped")
     if lost_lease.is_set():
         log.error("leader lease lost: exiting so that a restart begins with a clean cache")
         return EXIT_LOST_LEASE
     return 0
+
+
+def _port(flag: str, value: int) -> int:
+    if not 0 <= value <= 65535:
+        raise UserError(f"{flag}: {value} is not a port (0-65535)")
+    return value
+
+
+def _always_allow_paths(args: argparse.Namespace) -> tuple[str, ...]:
+    paths = tuple(p.strip() for p in args.authorization_always_allow_paths.split(",") if p.strip())
+    for path in paths:
+        if not path.startswith("/"):
+            raise UserError(f"--authorization-always-allow-paths: {path!r} does not start with /")
+    return paths
+
+
+def _secure_serving(args: argparse.Namespace, log: Any) -> ssl.SSLContext | None:
+    """The secure port's TLS context (None: --secure-port 0), from --tls-cert-file and
+    --tls-private-key-file, or a self-signed certificate for this host made now. Checks the
+    serving flags first: a bad one is a user error before anything connects."""
+    from scheduler.observability.tls import TLSError, load_server_context, self_signed
+    from scheduler.observability.tls import server_context as pem_context
+
+    port, secure = _port("--port", args.port), _port("--secure-port", args.secure_port)
+    if port and port == secure:
+        raise UserError(f"--port and --secure-port cannot both be {port}")
+    cert, key = args.tls_cert_file, args.tls_private_key_file
+    if (cert is None) != (key is None):
+        raise UserError("--tls-cert-file and --tls-private-key-file go together")
+    if not secure:
+        return None
+    try:
+        if cert is not None:
+            return load_server_context(cert, key)
+        hosts = [socket.gethostname(), "localhost", "127.0.0.1"]
+        try:
+            if not ipaddress.ip_address(args.bind_address).is_unspecified:
+                hosts.insert(0, args.bind_address)
+        except ValueError:
+            hosts.insert(0, args.bind_address)  # a host name
+        context = pem_context(*self_signed(hosts))
+    except (TLSError, ValueError) as exc:  # ValueError: a host name x509 cannot carry
+        raise UserError(
+            f"self-signed certificate for {hosts}: {exc}"
+            if isinstance(exc, ValueError)
+            else str(exc)
+        ) from None
+    log.info(
+        "no --tls-cert-file: serving a self-signed certificate kept in memory",
+        hosts=list(dict.fromkeys(hosts)),
+    )
+    return context
 
 
 EXPLAIN_TIMEOUT = 10.0

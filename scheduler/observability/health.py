@@ -16,6 +16,15 @@ unknown pod), 500 with one line if it raises. ``/debug/memory`` lists the alloca
 holding the most memory when the process runs with
 ``PYTHONTRACEMALLOC=1``, and says how to turn tracing on otherwise (404).
 
+The secure port (kube-scheduler's 10259): given ``tls``, every accepted connection is wrapped
+in TLS, its handshake done in the connection's own thread (``HANDSHAKE_TIMEOUT``), so a client
+that never speaks stalls nobody. Given ``access`` (``Access``: delegated authentication and
+authorization, as kube components do it), a request for a path that is not always allowed
+(``/healthz``, ``/readyz``, ``/livez`` by default, never asking anyone) is authenticated from
+its ``Authorization: Bearer`` token (no bearer token: ``system:anonymous``), then authorized
+for ``(user, "get", path)``; 401 for a token the authenticator rejects or cannot check, 403 when
+not allowed, 500 when the authorizer fails, each with kube's ``Status`` body.
+
 Invariants: checks are plain callables returning None (ok) or a reason, evaluated on every
 request, so an answer is never stale; a check that raises counts as failed. The server runs in
 its own daemon threads, started by ``start()`` and ended by ``stop()``; it never touches
@@ -25,12 +34,15 @@ scheduling state except through the callables it was given.
 from __future__ import annotations
 
 import io
+import json
+import socket
+import ssl
 import threading
 import tracemalloc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 from urllib.parse import parse_qs, urlsplit
 
 import structlog
@@ -38,7 +50,7 @@ import structlog
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
 
-__all__ = ["Check", "HealthServer", "run_checks"]
+__all__ = ["ANONYMOUS", "Access", "Check", "HealthServer", "User", "run_checks"]
 
 log = structlog.get_logger("koord-scheduler.http")
 EXPLAIN_PREFIX = "/debug/explain/"
@@ -55,6 +67,65 @@ class Check:
 
     name: str
     probe: Callable[[], str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    """Who a request is, as a TokenReview answers it (``extra`` sorted, hashable)."""
+
+    name: str
+    groups: tuple[str, ...] = ()
+    uid: str = ""
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+
+ANONYMOUS = User("system:anonymous", ("system:unauthenticated",))
+"""A request without a bearer token (kube's anonymous authenticator)."""
+DEFAULT_ALWAYS_ALLOW = ("/healthz", "/readyz", "/livez")
+"""kube-scheduler's ``--authorization-always-allow-paths`` default."""
+HANDSHAKE_TIMEOUT = 10.0
+"""Seconds a TLS client has to complete its handshake."""
+TLS_IDLE_TIMEOUT = 60.0
+"""Seconds a TLS connection may stay silent (mid-request or kept alive) before it is closed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """Delegated authentication and authorization of the secure port.
+
+    ``authenticate(token)`` is the user of a bearer token, None when the token is not valid;
+    it raises when it cannot tell (401 either way, as kube answers). ``authorize(user, verb,
+    path)`` is (allowed, reason); it raises when it cannot tell (500). ``always_allow``: paths
+    served to anyone without asking either (exact, or a prefix written ``/prefix/*``)."""
+
+    authenticate: Callable[[str], User | None]
+    authorize: Callable[[User, str, str], tuple[bool, str]]
+    always_allow: Sequence[str] = DEFAULT_ALWAYS_ALLOW
+
+    def always_allows(self, path: str) -> bool:
+        for allowed in self.always_allow:
+            if allowed.endswith("*"):
+                if path.startswith(allowed[:-1]):
+                    return True
+            elif path == allowed:
+                return True
+        return False
+
+
+def _status(code: int, reason: str, message: str, details: bool) -> bytes:
+    """kube's ``Status`` body of a refused request."""
+    doc: dict[str, object] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+    }
+    if details:
+        doc["details"] = {}
+    doc["code"] = code
+    return json.dumps(doc, indent=2).encode() + b"\n"
 
 
 def run_checks(checks: Sequence[Check], what: str, verbose: bool) -> tuple[bool, str]:
@@ -90,8 +161,11 @@ class HealthServer:
         ready: Sequence[Check] = (),
         metrics: MetricsWriter | None = None,
         explain: Callable[[str, str, str], tuple[int, bytes]] | None = None,
+        tls: ssl.SSLContext | None = None,
+        access: Access | None = None,
     ) -> None:
         self.live = list(live)
+        self._access = access
         self.ready = list(ready)
         self._metrics = metrics
         self._explain = explain
@@ -106,7 +180,12 @@ class HealthServer:
             def log_message(self, format: str, *args: object) -> None:
                 pass
 
-        self._httpd = ThreadingHTTPServer((host, port), Handler)
+        if tls is not None:
+            Handler.timeout = TLS_IDLE_TIMEOUT
+            self._httpd: ThreadingHTTPServer = _TLSServer((host, port), Handler, tls)
+        else:
+            self._httpd = ThreadingHTTPServer((host, port), Handler)
+        self.tls = tls is not None
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -120,7 +199,12 @@ class HealthServer:
         )
         self._thread.daemon = True
         self._thread.start()
-        log.info("serving", address=self._httpd.server_address[0], port=self.port)
+        log.info(
+            "serving",
+            address=self._httpd.server_address[0],
+            port=self.port,
+            scheme="https" if self.tls else "http",
+        )
 
     def stop(self) -> None:
         self._httpd.shutdown()
@@ -132,6 +216,8 @@ class HealthServer:
         url = urlsplit(req.path)
         verbose = "verbose" in parse_qs(url.query, keep_blank_values=True)
         path = url.path.rstrip("/") or "/"
+        if self._access is not None and not self._admit(req, self._access, path):
+            return
         if path in ("/healthz", "/livez"):
             ok, body = run_checks(self.live, path[1:], verbose)
             self._reply(req, 200 if ok else 503, body.encode() + b"\n", "text/plain")
@@ -146,6 +232,40 @@ class HealthServer:
             self._stream_metrics(req, self._metrics)
         else:
             self._reply(req, 404, b"404 page not found\n", "text/plain")
+
+    def _admit(self, req: BaseHTTPRequestHandler, access: Access, path: str) -> bool:
+        """Authenticate and authorize ``req`` for ``path``; answers the refusal itself."""
+        if access.always_allows(path):
+            return True
+        scheme, _, token = (req.headers.get("Authorization") or "").partition(" ")
+        token = token.strip()
+        user = ANONYMOUS
+        if scheme.lower() == "bearer" and token:
+            try:
+                found = access.authenticate(token)
+            except Exception as exc:
+                log.warning("cannot authenticate a request", path=path, error=str(exc))
+                found = None
+            if found is None:
+                body = _status(401, "Unauthorized", "Unauthorized", details=False)
+                self._reply(req, 401, body, "application/json")
+                return False
+            user = found
+        verb = req.command.lower()
+        try:
+            allowed, reason = access.authorize(user, verb, path)
+        except Exception as exc:
+            log.warning("cannot authorize a request", path=path, user=user.name, error=str(exc))
+            body = f"Internal Server Error: {path!r}: {exc}\n".encode()
+            self._reply(req, 500, body, "text/plain")
+            return False
+        if allowed:
+            return True
+        message = f"forbidden: User {json.dumps(user.name)} cannot {verb} path {json.dumps(path)}"
+        if reason:
+            message += f": {reason}"
+        self._reply(req, 403, _status(403, "Forbidden", message, details=True), "application/json")
+        return False
 
     def _serve_explain(self, req: BaseHTTPRequestHandler, rest: str, query: str) -> None:
         assert self._explain is not None
@@ -193,6 +313,35 @@ class HealthServer:
         req.send_header("X-Content-Type-Options", "nosniff")
         req.end_headers()
         req.wfile.write(body)
+
+
+class _TLSServer(ThreadingHTTPServer):
+    """TLS on every accepted socket; the handshake runs in the connection's thread."""
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[BaseHTTPRequestHandler],
+        context: ssl.SSLContext,
+    ) -> None:
+        self._tls = context
+        super().__init__(address, handler)
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        sock, addr = super().get_request()
+        return self._tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False), addr
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        request.settimeout(HANDSHAKE_TIMEOUT)
+        try:
+            request.do_handshake()
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+            log.debug("TLS handshake failed", client=str(client_address[0]), error=str(exc))
+            return
+        super().finish_request(request, client_address)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.debug("connection failed", client=str(client_address[0]), exc_info=True)
 
 
 class _ChunkWriter(io.RawIOBase):

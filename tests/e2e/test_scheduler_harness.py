@@ -303,7 +303,10 @@ class SchedulerProcess:
             f"--kubeconfig={kubeconfig}",
             f"--config={config}",
             "--bind-address=127.0.0.1",
+            # Plain HTTP (insecure, opt-in) is what the harness scrapes; no secure port, so
+            # replicas never contend for 10259 (a test wanting it passes --secure-port).
             f"--port={self.port}",
+            "--secure-port=0",
             f"--identity={self.identity}",
             *extra_args,
         ]

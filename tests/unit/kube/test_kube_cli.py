@@ -238,3 +238,37 @@ def test_flag_errors_are_one_line_exit_2(
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     assert main(argv) == 2
     assert capsys.readouterr().err == f"koord-scheduler: error: {message}\n"
+
+
+def test_serving_flags_default_to_the_secure_port_only() -> None:
+    from scheduler.cli import build_parser
+
+    for command in ("run", "extender"):
+        args = build_parser().parse_args([command])
+        assert (args.port, args.secure_port) == (0, 10259)
+        assert args.authorization_always_allow_paths == "/healthz,/readyz,/livez"
+        assert args.tls_cert_file is None and args.tls_private_key_file is None
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--tls-cert-file", "c.crt"], "--tls-cert-file and --tls-private-key-file go together"),
+        (["--tls-private-key-file", "k.key"], "go together"),
+        (["--secure-port", "70000"], "--secure-port: 70000 is not a port (0-65535)"),
+        (["--port", "-1"], "--port: -1 is not a port (0-65535)"),
+        (["--port", "10259"], "--port and --secure-port cannot both be 10259"),
+        (["--authorization-always-allow-paths", "/healthz,metrics"],
+         "--authorization-always-allow-paths: 'metrics' does not start with /"),
+        (["--tls-cert-file", "absent.crt", "--tls-private-key-file", "absent.key"],
+         "--tls-cert-file absent.crt, --tls-private-key-file absent.key:"),
+    ],
+)  # fmt: skip
+def test_bad_serving_flags_are_one_line_before_any_connection(
+    flags: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --master points nowhere: the flags are refused before the scheduler connects.
+    assert main(["run", "--master", "http://127.0.0.1:1", *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("koord-scheduler: error: "), err
+    assert message in err[0]

@@ -27,7 +27,8 @@ PG_GROUP = POD_GROUP_API_VERSION.split("/")[0]
 
 def docs(folder: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    for path in sorted((ROOT / folder).glob("*.yaml")):
+    base = ROOT / folder
+    for path in [base] if base.is_file() else sorted(base.glob("*.yaml")):
         out.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
     return out
 
@@ -62,17 +63,41 @@ def test_deployment_runs_two_replicas_with_probes_and_scrape_annotations() -> No
     pod = spec["template"]
     assert pod["metadata"]["annotations"] == {
         "prometheus.io/scrape": "true",
-        "prometheus.io/port": "10251",
+        "prometheus.io/port": "10259",
         "prometheus.io/path": "/metrics",
+        "prometheus.io/scheme": "https",
     }
     (container,) = pod["spec"]["containers"]
-    assert container["livenessProbe"]["httpGet"]["path"] == "/livez"
-    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    assert container["ports"][0]["containerPort"] == 10251
     assert container["command"][:2] == ["koord-scheduler", "run"]
+    assert_serves_https_only(container)
     assert pod["spec"]["serviceAccountName"] == by_kind("ServiceAccount")["metadata"]["name"]
     cm_name = by_kind("ConfigMap")["metadata"]["name"]
     assert pod["spec"]["volumes"][0]["configMap"]["name"] == cm_name
+
+
+def assert_serves_https_only(container: dict[str, Any]) -> None:
+    """The secure port only (no --port: no plain HTTP), probed over HTTPS on paths that are
+    always allowed (the kubelet sends no token)."""
+    from scheduler.cli import build_parser
+
+    args = build_parser().parse_args(container["command"][1:])
+    assert (args.port, args.secure_port) == (0, 10259)
+    port = next(p for p in container["ports"] if p["containerPort"] == args.secure_port)
+    open_paths = args.authorization_always_allow_paths.split(",")
+    for probe in ("livenessProbe", "readinessProbe"):
+        get = container[probe]["httpGet"]
+        assert get["scheme"] == "HTTPS" and get["port"] == port["name"]
+        assert get["path"] in open_paths
+    assert container["livenessProbe"]["httpGet"]["path"] == "/livez"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+
+
+def test_extender_overlay_serves_https_only() -> None:
+    patch = yaml.safe_load((ROOT / "config/overlays/extender/deployment-patch.yaml").read_text())
+    (container,) = patch["spec"]["template"]["spec"]["containers"]
+    base = by_kind("Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"][:2] == ["koord-scheduler", "extender"]
+    assert_serves_https_only({**base, **container})
 
 
 def test_cluster_role_is_least_privilege() -> None:
@@ -95,6 +120,9 @@ def test_cluster_role_is_least_privilege() -> None:
         ("", "pods/status", "patch"),
         ("", "events", "create"), ("", "events", "patch"),
         (GROUP, PLURAL, "get"), (GROUP, PLURAL, "list"), (GROUP, PLURAL, "watch"),
+        # the secure port's delegated authentication and authorization
+        ("authentication.k8s.io", "tokenreviews", "create"),
+        ("authorization.k8s.io", "subjectaccessreviews", "create"),
     }  # fmt: skip
     assert NODES_PATH == "/api/v1/nodes" and PODS_PATH == "/api/v1/pods"
     assert f"/apis/{GROUP}/{VERSION}/{PLURAL}" == DEVICES_PATH
@@ -186,3 +214,20 @@ def test_prometheus_example_scrapes_the_annotated_pods() -> None:
     (job,) = [j for j in cfg["scrape_configs"] if j["job_name"] == "koord-scheduler"]
     keeps = [r for r in job["relabel_configs"] if r.get("action") == "keep"]
     assert any(r["regex"] == "koord-scheduler" for r in keeps)
+    # The secure port: HTTPS, Prometheus's ServiceAccount token, the self-signed certificate.
+    assert job["scheme"] == "https"
+    assert job["authorization"] == {
+        "credentials_file": "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    }
+    assert job["tls_config"] == {"insecure_skip_verify": True}
+
+
+def test_prometheus_may_get_metrics_and_nothing_else() -> None:
+    rbac = docs("config/prometheus/rbac.yaml")
+    role = next(d for d in rbac if d["kind"] == "ClusterRole")
+    assert role["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    binding = next(d for d in rbac if d["kind"] == "ClusterRoleBinding")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+        "name": role["metadata"]["name"],
+    }  # fmt: skip
