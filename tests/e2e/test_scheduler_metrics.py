@@ -87,7 +87,14 @@ def test_metrics_over_http(apiserver: ApiServer, tmp_path: Path) -> None:
         pods = [shared_gpu(f"p{i}", scheduler, 20, node_selector=selector) for i in range(4)]
         pods.append(gpu_pod("invalid", scheduler, {GPU_CORE: "20"}, selector))
         kube.create_pods(ns, pods)
-        # A pod bound by someone else with an annotation that does not decode.
+
+        def scheduled() -> bool:
+            attempts = proc.metrics()["scheduler_schedule_attempts"].samples
+            return sum(s.value for s in attempts if s.labels.get("result") == "scheduled") >= 4
+
+        wait_for("four pods scheduled", scheduled, timeout=30, interval=0.5)
+        # Then a pod bound by someone else with an annotation that does not decode: it holds
+        # every card of its node whole (an invalid annotation never makes a card look free).
         broken = shared_gpu("broken", "other-scheduler", 10)
         broken["metadata"]["annotations"] = {ALLOCATED: "{not json"}
         broken["spec"]["nodeName"] = node
@@ -163,12 +170,15 @@ def test_metrics_over_http(apiserver: ApiServer, tmp_path: Path) -> None:
         assert card("koord_scheduler_device_capacity", 0, GPU_CORE) == 100
         assert card("koord_scheduler_device_capacity", 0, GPU_MEMORY) == 16 * GIB
         assert card("koord_scheduler_device_capacity", 1, GPU_RATIO) == 100
-        # Four pods of 20% fit only on the healthy card 0.
-        assert card("koord_scheduler_device_allocated", 0, GPU_CORE) == 80
-        assert card("koord_scheduler_device_allocated", 0, GPU_RATIO) == 80
-        assert card("koord_scheduler_device_allocated", 0, GPU_MEMORY) == 4 * (16 * GIB * 20 // 100)
-        assert card("koord_scheduler_device_pods", 0) == 4
-        assert card("koord_scheduler_device_pods", 1) == 0
+        # Four pods of 20% fit only on the healthy card 0; the broken pod holds both cards whole.
+        assert card("koord_scheduler_device_allocated", 0, GPU_CORE) == 80 + 100
+        assert card("koord_scheduler_device_allocated", 0, GPU_RATIO) == 80 + 100
+        assert card("koord_scheduler_device_allocated", 0, GPU_MEMORY) == (
+            4 * (16 * GIB * 20 // 100) + 16 * GIB
+        )
+        assert card("koord_scheduler_device_allocated", 1, GPU_CORE) == 100
+        assert card("koord_scheduler_device_pods", 0) == 4 + 1
+        assert card("koord_scheduler_device_pods", 1) == 1
         assert card("koord_scheduler_device_healthy", 0) == 1
         assert card("koord_scheduler_device_healthy", 1) == 0
         assert fams["koord_scheduler_device_annotation_errors"].samples[0].value == 1
