@@ -16,7 +16,12 @@ errors; ``DurationError`` carries Go's own message.
 
 from __future__ import annotations
 
-__all__ = ["DurationError", "parse_go_duration", "parse_go_duration_seconds"]
+__all__ = [
+    "DurationError",
+    "format_go_duration",
+    "parse_go_duration",
+    "parse_go_duration_seconds",
+]
 
 _UNITS_NS = {
     "ns": 1,
@@ -111,3 +116,34 @@ def _leading_fraction(digits: str) -> tuple[int, float]:
 def parse_go_duration_seconds(text: str) -> float:
     """``parse_go_duration`` in seconds."""
     return parse_go_duration(text) / 1e9
+
+
+def format_go_duration(seconds: float) -> str:
+    """Go's ``time.Duration.String()`` of ``seconds`` (rounded to whole nanoseconds): ``15s``,
+    ``1m30s``, ``1h0m0s``, ``1.5s``, ``500ms``, ``0s`` — what ``parse_go_duration`` reads back."""
+    ns = round(seconds * 1e9)
+    if ns == 0:
+        return "0s"
+    sign, ns = ("-", -ns) if ns < 0 else ("", ns)
+    if ns < 1_000_000_000:  # below a second: one unit, with a fraction
+        for unit, size in (("ns", 1), ("µs", 1_000), ("ms", 1_000_000)):
+            if ns < size * 1000:
+                return sign + _fraction(ns, size) + unit
+    hours, rest = divmod(ns, 3600 * 1_000_000_000)
+    minutes, rest = divmod(rest, 60 * 1_000_000_000)
+    text = _fraction(rest, 1_000_000_000) + "s"
+    if hours or minutes:
+        text = f"{minutes}m" + text
+    if hours:
+        text = f"{hours}h" + text
+    return sign + text
+
+
+def _fraction(value: int, size: int) -> str:
+    """``value / size`` as Go prints it: the whole part, then the fraction without trailing
+    zeros (no point when there is none)."""
+    whole, frac = divmod(value, size)
+    if not frac:
+        return str(whole)
+    digits = str(frac).rjust(len(str(size)) - 1, "0").rstrip("0")
+    return f"{whole}.{digits}"

@@ -169,6 +169,12 @@ def _add_extender(sub: Any) -> None:
 def _serve_flags(run: argparse.ArgumentParser) -> None:
     """The flags ``run`` and ``extender`` share."""
     run.add_argument("--config", metavar="CFG", help="KubeSchedulerConfiguration file")
+    run.add_argument(
+        "--write-config-to",
+        metavar="PATH",
+        help="write the effective configuration (defaults, default plugins and flags applied) "
+        "to PATH as a KubeSchedulerConfiguration and exit, as kube-scheduler does",
+    )
     _kube_flags(run)
     run.add_argument(
         "--kube-api-qps",

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import structlog
+import yaml
 
 from scheduler.commands.common import UserError, load_config_or_fail
 from scheduler.config import ConfigError, SchedulerConfiguration, override_leader_election
@@ -76,6 +77,22 @@ def run_config(args: argparse.Namespace) -> SchedulerConfiguration:
         raise UserError(str(exc)) from None
 
 
+def write_effective_config(config: SchedulerConfiguration, path: str) -> int:
+    """``--write-config-to``: the configuration this command would run with, then exit 0."""
+    from scheduler.config.encode import effective_config_document
+    from scheduler.plugins.registry import default_plugins
+
+    text = yaml.safe_dump(
+        effective_config_document(config, default_plugins()), sort_keys=False, allow_unicode=True
+    )
+    try:
+        with open(path, "w", encoding="utf-8") as out:
+            out.write(text)
+    except OSError as exc:
+        raise UserError(f"--write-config-to {path}: {exc.strerror or exc}") from None
+    return 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     return serve_cluster(args)
 
@@ -97,6 +114,8 @@ def serve_cluster(args: argparse.Namespace, front: FrontEnd | None = None) -> in
     from scheduler.observability.metrics import SchedulerMetrics
 
     config = run_config(args)
+    if args.write_config_to:
+        return write_effective_config(config, args.write_config_to)
     log = structlog.get_logger("koord-scheduler")
     always_allow = _always_allow_paths(args)
     tls = _secure_serving(args, log)

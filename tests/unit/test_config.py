@@ -996,7 +996,9 @@ def test_multi_point_disabled_turns_a_default_plugin_off_everywhere() -> None:
             }
         )
         return Framework(
-            config.profiles[0], in_tree_registry(), Handle(Snapshot(), None, None),
+            config.profiles[0],
+            in_tree_registry(),
+            Handle(Snapshot(), None, None),
             default_plugins(),
         )
 
@@ -1020,3 +1022,77 @@ def test_multi_point_disabled_turns_a_default_plugin_off_everywhere() -> None:
         }
     )
     assert everything.plugins_at("filter") == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        None,
+        "config/scheduler-config.yaml",
+        "config/examples/demo-topology-config.yaml",
+        {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "percentageOfNodesToScore": 30,
+            "podMaxBackoffSeconds": 20,
+            "leaderElection": {"leaseDuration": "1m30s", "renewDeadline": "45.5s"},
+            "profiles": [
+                {
+                    "schedulerName": "a",
+                    "plugins": {
+                        "multiPoint": {"disabled": [{"name": "DeviceShare"}]},
+                        "score": {"enabled": [{"name": "NodeResourcesFit", "weight": 7}]},
+                    },
+                },
+                {"schedulerName": "b", "percentageOfNodesToScore": 5},
+            ],
+        },
+    ],
+    ids=["defaults", "shipped-file", "topology-demo", "custom"],
+)
+def test_the_written_effective_configuration_loads_back_the_same(source: Any) -> None:
+    """``--write-config-to``: the document, loaded again, runs exactly the same profiles."""
+    from pathlib import Path
+
+    from scheduler.config.encode import effective_config_document
+    from scheduler.framework.interfaces import Handle
+    from scheduler.framework.runtime import Framework
+    from scheduler.framework.types import Snapshot
+    from scheduler.plugins.registry import default_plugins, in_tree_registry
+
+    root = Path(__file__).resolve().parents[2]
+    if source is None:
+        config = parse_config(
+            {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration"}
+        )
+    elif isinstance(source, str):
+        config = load_config(root / source)
+    else:
+        config = parse_config(source)
+    written = yaml.safe_load(yaml.safe_dump(effective_config_document(config, default_plugins())))
+    again = parse_config(written)
+
+    def shape(cfg: Any) -> Any:
+        out = []
+        for profile in cfg.profiles:
+            fwk = Framework(
+                profile, in_tree_registry(), Handle(Snapshot(), None, None), default_plugins()
+            )
+            points = {ep: fwk.plugins_at(ep) for ep in Plugins.EXTENSION_POINTS}
+            out.append(
+                (
+                    profile.scheduler_name,
+                    profile.percentage_of_nodes_to_score,
+                    points,
+                    dict(fwk.score_weights),
+                    [(c.name, dict(c.args)) for c in profile.plugin_config],
+                )
+            )
+        return (
+            out,
+            cfg.leader_election,
+            cfg.percentage_of_nodes_to_score,
+            (cfg.pod_initial_backoff_seconds, cfg.pod_max_backoff_seconds, cfg.parallelism),
+        )
+
+    assert shape(again) == shape(config)

@@ -131,3 +131,29 @@ def test_every_component_reads_a_duration_alike(text: str) -> None:
     if expected is not None and expected <= 0:
         expected = None  # every one of these wants a positive duration
     assert config(text) == gang(text) == flag(text) == expected
+
+
+# time_test.go's durationTests (Duration.String), in seconds
+GO_STRINGS = [
+    ("0s", 0),
+    ("1ns", 1e-9),
+    ("1.1µs", 1.1e-6),
+    ("2.2ms", 2.2e-3),
+    ("3.3s", 3.3),
+    ("4m5s", 4 * 60 + 5),
+    ("4m5.001s", 4 * 60 + 5.001),
+    ("5h6m7.001s", 5 * 3600 + 6 * 60 + 7.001),
+    ("8m0.000000001s", 8 * 60 + 1e-9),
+    ("1h0m0s", 3600),
+    ("1m30s", 90),
+    ("500ms", 0.5),
+    ("-1.5s", -1.5),
+]
+
+
+@pytest.mark.parametrize(("text", "seconds"), GO_STRINGS)
+def test_durations_are_written_as_go_writes_them(text: str, seconds: float) -> None:
+    from apis.duration import format_go_duration
+
+    assert format_go_duration(seconds) == text
+    assert parse_go_duration(text) == round(seconds * 1e9)

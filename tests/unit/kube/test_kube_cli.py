@@ -272,3 +272,19 @@ def test_bad_serving_flags_are_one_line_before_any_connection(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("koord-scheduler: error: "), err
     assert message in err[0]
+
+
+@pytest.mark.parametrize("command", ["run", "extender"])
+def test_write_config_to_writes_the_effective_configuration_and_exits(
+    command: str, tmp_path: Path
+) -> None:
+    """kube-scheduler's ``--write-config-to``: no cluster is needed, flags are applied, and
+    the file loads back as a valid configuration."""
+    from scheduler.config import load_config
+
+    out = tmp_path / "effective.yaml"
+    argv = [command, "--write-config-to", str(out), "--leader-elect-lease-duration", "1m30s"]
+    assert main(argv) == 0
+    written = load_config(out)
+    assert written.leader_election.lease_duration == 90.0
+    assert "DeviceShare" in [r.name for r in written.profiles[0].plugins.filter.enabled]
