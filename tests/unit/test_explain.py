@@ -166,3 +166,34 @@ def test_user_errors_are_one_line(
     assert cli.main(["explain", pod, "--file", str(cluster)]) == 2
     err = capsys.readouterr().err
     assert err == f"koord-scheduler: error: {message}\n"
+
+
+def test_closest_candidates_leave_out_cordoned_nodes_and_other_gpu_models(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A pod asking for one GPU model (a nodeSelector on ``node.koordinator.sh/gpu-model``):
+    a node of another model and a cordoned node are never "closest" — no eviction makes the
+    pod fit there — though their cards are the emptiest."""
+    def labelled(name: str, model: str, cordoned: bool = False) -> dict[str, Any]:
+        node = _node(name, 2)
+        node["metadata"]["labels"]["node.koordinator.sh/gpu-model"] = model
+        if cordoned:
+            node["spec"]["unschedulable"] = True
+        return node
+
+    pending = _pod("pending", 80, priority=100)
+    pending["spec"]["nodeSelector"] = {"node.koordinator.sh/gpu-model": "A100"}
+    docs = [
+        labelled("a100-busy", "A100"), _device("a100-busy", 2),
+        labelled("a100-cordoned", "A100", cordoned=True), _device("a100-cordoned", 2),
+        labelled("t4-idle", "T4"), _device("t4-idle", 2),
+        _pod("low-a", 100, priority=1, node="a100-busy", minor=0),
+        _pod("low-b", 100, priority=1, node="a100-busy", minor=1),
+        pending,
+    ]  # fmt: skip
+    path = tmp_path / "models.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    code, out, err = _explain(path, "-o", "json", capsys=capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["closest"] == ["a100-busy"], doc["closest"]
