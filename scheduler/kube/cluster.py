@@ -171,13 +171,18 @@ def pod_group_spec() -> ResourceSpec:
 
 
 def device_spec() -> ResourceSpec:
+    """Device CRs; optional: without the CRD (a gpushare cluster swapping the extender alone)
+    the scheduler still becomes ready with no cards known, says so once, and lists Devices
+    again every minute until the CRD is installed."""
     return ResourceSpec(
         "Device",
         DEVICES_PATH,
         Device.from_dict,
         lambda d: d.name,
         lambda d: d.resource_version,
-        missing_hint="is the Device CRD installed? kubectl apply -f config/crd/",
+        missing_hint="Device CRD not installed: no GPU cards known until it is "
+        "(kubectl apply -f config/crd/)",
+        optional=True,
     )
 
 

@@ -4,6 +4,7 @@ semantics, sync and health, stop."""
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import random
 import time
@@ -315,11 +316,36 @@ def test_a_missing_crd_is_named_in_the_error(
 ) -> None:
     path = "/apis/scheduling.koordinator.sh/v1alpha1/devices"
     transport.on("GET", path, status_response(404, "NotFound", "the server could not find it"))
-    inf = make(device_spec())
+    required = dataclasses.replace(device_spec(), optional=False)  # a CRD the caller needs
+    inf = make(required)
     inf.start()
     wait(lambda: "CRD" in inf.last_error)
     assert "kubectl apply -f config/crd/" in inf.last_error
     assert not inf.synced and not inf.healthy
+
+
+def test_without_the_device_crd_the_informer_is_synced_empty_and_picks_it_up_later(
+    transport: FakeTransport, make: Callable[..., Informer]
+) -> None:
+    """A gpushare cluster swapping only the extender has no Device CRD: the scheduler must
+    still become ready (it serves nodes and pods), and find Device CRs once the CRD exists."""
+    path = "/apis/scheduling.koordinator.sh/v1alpha1/devices"
+    device = {
+        "apiVersion": "scheduling.koordinator.sh/v1alpha1",
+        "kind": "Device",
+        "metadata": {"name": "n1", "resourceVersion": "5"},
+        "spec": {"devices": []},
+    }
+    not_found = status_response(404, "NotFound", "the server could not find the requested resource")
+    transport.on("GET", path, not_found)
+    inf = make(device_spec(), absent_retry=0.05)
+    rec = Recorder()
+    inf.subscribe(rec)
+    inf.start()
+    assert inf.wait_for_sync(5)  # while the CRD is absent
+    assert inf.healthy and inf.items() == []
+    transport.replace("GET", path, object_list([device], rv="5"))  # the CRD installed
+    assert rec.take(1) == [("ADD", "n1", "5")]
 
 
 def test_managed_fields_are_not_kept(
