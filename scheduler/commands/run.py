@@ -367,10 +367,10 @@ def _secure_serving(args: argparse.Namespace, log: Any) -> ssl.SSLContext | None
         raise UserError("--tls-cert-file and --tls-private-key-file go together")
     if not secure:
         return None
+    hosts = [socket.gethostname(), "localhost", "127.0.0.1"]
     try:
         if cert is not None:
             return load_server_context(cert, key)
-        hosts = [socket.gethostname(), "localhost", "127.0.0.1"]
         try:
             if not ipaddress.ip_address(args.bind_address).is_unspecified:
                 hosts.insert(0, args.bind_address)

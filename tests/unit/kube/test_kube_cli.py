@@ -288,3 +288,13 @@ def test_write_config_to_writes_the_effective_configuration_and_exits(
     written = load_config(out)
     assert written.leader_election.lease_duration == 90.0
     assert "DeviceShare" in [r.name for r in written.profiles[0].plugins.filter.enabled]
+
+
+def test_a_bind_address_no_certificate_can_name_is_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The self-signed certificate names --bind-address; a host name x509 cannot carry (not
+    an A-label) is a user error before anything connects, not a traceback."""
+    assert main(["run", "--bind-address", "bäd", "--master", "http://127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("koord-scheduler: error: self-signed certificate for ['bäd'"), err
