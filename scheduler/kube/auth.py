@@ -87,8 +87,9 @@ def _user(doc: Mapping[str, Any]) -> User | None:
     return User(name, _strings(doc.get("groups")), str(doc.get("uid") or ""), tuple(pairs))
 
 
-class TokenReviewAuthenticator:
-    """``authenticate(token)`` of ``Access``: the token's user per the API server, or None."""
+class _Review:
+    """What both reviews share: the API server, the answer's cache lifetimes (allowed,
+    denied), the request timeout, the clock."""
 
     def __init__(
         self,
@@ -102,7 +103,15 @@ class TokenReviewAuthenticator:
         self._rest = rest
         self._ttl = (allowed_ttl, denied_ttl)
         self._timeout = timeout
-        self._cache: _TTLCache[bytes, User | None] = _TTLCache(clock)
+        self._clock = clock
+
+
+class TokenReviewAuthenticator(_Review):
+    """``authenticate(token)`` of ``Access``: the token's user per the API server, or None."""
+
+    def __init__(self, rest: RestClient, **options: Any) -> None:
+        super().__init__(rest, **options)
+        self._cache: _TTLCache[bytes, User | None] = _TTLCache(self._clock)
 
     def __call__(self, token: str) -> User | None:
         key = hashlib.sha256(token.encode()).digest()
@@ -124,23 +133,13 @@ class TokenReviewAuthenticator:
         return user
 
 
-class SubjectAccessReviewAuthorizer:
+class SubjectAccessReviewAuthorizer(_Review):
     """``authorize(user, verb, path)`` of ``Access``: may ``user`` ``verb`` the non-resource
     ``path``, per the API server's authorizers; (allowed, the reviewer's reason)."""
 
-    def __init__(
-        self,
-        rest: RestClient,
-        *,
-        allowed_ttl: float = ALLOWED_TTL,
-        denied_ttl: float = DENIED_TTL,
-        timeout: float = REVIEW_TIMEOUT,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._rest = rest
-        self._ttl = (allowed_ttl, denied_ttl)
-        self._timeout = timeout
-        self._cache: _TTLCache[tuple[User, str, str], tuple[bool, str]] = _TTLCache(clock)
+    def __init__(self, rest: RestClient, **options: Any) -> None:
+        super().__init__(rest, **options)
+        self._cache: _TTLCache[tuple[User, str, str], tuple[bool, str]] = _TTLCache(self._clock)
 
     def __call__(self, user: User, verb: str, path: str) -> tuple[bool, str]:
         key = (user, verb, path)
