@@ -33,7 +33,6 @@ Invariants:
 
 from __future__ import annotations
 
-import contextlib
 import queue
 import threading
 import time
@@ -47,6 +46,7 @@ import structlog
 from apis.allocation import AllocationReading, held_amounts, read_allocations
 from apis.resources import DEVICE_GPU, GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO
 from koordlet.devices.library import GPU
+from koordlet.events import stop_worker
 from koordlet.pods import PodRecord
 
 __all__ = [
@@ -286,14 +286,7 @@ class PodFailer:
         if thread is None:
             return
         self._stop.set()
-        while True:
-            try:
-                self._queue.put_nowait(None)
-                break
-            except queue.Full:
-                with contextlib.suppress(queue.Empty):
-                    self._queue.get_nowait()
-        thread.join(10.0)
+        stop_worker(self._queue, thread)
 
     def _run(self) -> None:
         while True:

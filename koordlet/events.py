@@ -66,6 +66,19 @@ def pod_warning_event(
     }
 
 
+def stop_worker(work: queue.Queue[Any], thread: threading.Thread) -> None:
+    """End a queue worker: put its stop marker (None), dropping pending items to make room in a
+    full queue, and wait for it (bounded)."""
+    while True:
+        try:
+            work.put_nowait(None)
+            break
+        except queue.Full:
+            with contextlib.suppress(queue.Empty):
+                work.get_nowait()
+    thread.join(10.0)
+
+
 class EventRecorder:
     """See the module docstring."""
 
@@ -124,16 +137,8 @@ class EventRecorder:
 
     def stop(self) -> None:
         thread, self._thread = self._thread, None
-        if thread is None:
-            return
-        while True:  # make room for the stop marker; pending events are dropped
-            try:
-                self._queue.put_nowait(None)
-                break
-            except queue.Full:
-                with contextlib.suppress(queue.Empty):
-                    self._queue.get_nowait()
-        thread.join(10.0)
+        if thread is not None:
+            stop_worker(self._queue, thread)
 
     def _run(self) -> None:
         while True:
