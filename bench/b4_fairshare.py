@@ -57,9 +57,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from apis.fairshare import FairShareSpec
 from koordlet.fairshare.client import GeminiClient
-from koordlet.fairshare.pods import FairSharePod
 from koordlet.fairshare.server import FairShareConfig, FairShareServer
 from koordlet.fairshare.tokens import SchedulerConfig
+from koordlet.pods.fairshare import FairSharePod
 
 PREDICT_MS = 3_000.0
 

@@ -47,7 +47,7 @@ from apis.allocation import AllocationReading, held_amounts, read_allocations
 from apis.resources import DEVICE_GPU, GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO
 from koordlet.devices.library import GPU
 from koordlet.events import stop_worker
-from koordlet.pods import PodRecord
+from koordlet.pods.record import PodRecord
 
 __all__ = [
     "ADMITTED",

@@ -16,7 +16,7 @@ Invariants:
 - Kubelet-allocated GPUs reach the sync loop at once: from the runtime hook
   (``kubelet_devices``, kept in ``HotDevices``) and from an inotify watch of the checkpoint
   (``CheckpointWatcher``); the checkpoint's device-plugin ids are normalised to card UUIDs
-  (``koordlet.deviceids``) before they are published.
+  (``koordlet.kubelet.deviceids``) before they are published.
 - Every sync pass's pod list refreshes the runtime hook's ``PodCache``.
 - ``deny`` (a container started without GPUs) counts the denial and queues a Warning event
   on the pod; it never blocks.
@@ -38,16 +38,16 @@ from prometheus_client import CollectorRegistry
 from apis.checkpoint import PodDeviceEntry
 from apis.device import Device
 from koordlet.admission import POD_REASON, GPUAdmission, PodFailer, PodStatusAPI, Refusal, gpu_cards
-from koordlet.checkpoint import DEFAULT_KUBELET_ROOT, CheckpointReader
-from koordlet.checkpointwatch import CheckpointWatcher
-from koordlet.deviceids import normalize_entries
 from koordlet.devices.health import HealthTracker, HealthWatcher, probe_all
 from koordlet.devices.library import GPU, DeviceLibrary, Discovery
 from koordlet.events import EventAPI, EventRecorder
-from koordlet.kubeletdevices import HotDevices
+from koordlet.kubelet.checkpoint import DEFAULT_KUBELET_ROOT, CheckpointReader
+from koordlet.kubelet.deviceids import normalize_entries
+from koordlet.kubelet.devices import HotDevices
+from koordlet.kubelet.watch import CheckpointWatcher
 from koordlet.metrics import GPUCollector, KoordletMetrics, MetricsServer
-from koordlet.pods import PodCache, PodGetter
-from koordlet.reporter import (
+from koordlet.pods.cache import PodCache, PodGetter
+from koordlet.reporting.reporter import (
     DEFAULT_GPU_RESOURCES,
     GPUResourceNames,
     Inventory,
@@ -55,7 +55,7 @@ from koordlet.reporter import (
     desired_device,
     rfc3339,
 )
-from koordlet.sync import RESULT_ERROR, DeviceSyncer, NodeAPI
+from koordlet.reporting.sync import RESULT_ERROR, DeviceSyncer, NodeAPI
 
 __all__ = ["Agent", "NodeInventory", "Service", "report_once"]
 

@@ -36,12 +36,10 @@ from apis.fairshare import DEFAULT_GEMINI_LIBRARY, DefaultLimit
 from apis.logflags import LEVELS, log_level, verbosity
 from apis.version import version_line
 from koordlet.agent import Agent, Service, report_once
-from koordlet.checkpoint import DEFAULT_KUBELET_ROOT
 from koordlet.devices.fake import FakeLibrary, FakeSpecError
 from koordlet.devices.library import GPU, DeviceLibrary
 from koordlet.devices.sysfs import DEFAULT_SYSFS_ROOT
 from koordlet.fairshare.monitor import PodUsageMonitor, ProcessPods
-from koordlet.fairshare.pods import PodRecord as FairSharePodRecord
 from koordlet.fairshare.server import (
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_MAX_CONNS_PER_POD,
@@ -57,8 +55,10 @@ from koordlet.hookserver import (
     HookServiceError,
     hook_service,
 )
+from koordlet.kubelet.checkpoint import DEFAULT_KUBELET_ROOT
 from koordlet.metrics import DEFAULT_METRICS_PORT, FairShareMetrics, parse_bind_address
-from koordlet.reporter import DEFAULT_GPU_RESOURCE_NAMES, GPUResourceNames
+from koordlet.pods.fairshare import PodRecord as FairSharePodRecord
+from koordlet.reporting.reporter import DEFAULT_GPU_RESOURCE_NAMES, GPUResourceNames
 
 PROG = "koordlet"
 DEFAULT_FAIRSHARE_STATE = "/var/run/koordlet/fairshare.json"

@@ -31,9 +31,9 @@ import structlog
 
 from apis.fairshare import DefaultLimit
 from koordlet.admission import ADMITTED, GPUAdmission
-from koordlet.fairshare.pods import FairSharePod
 from koordlet.fairshare.server import FairShareServer
-from koordlet.pods import PodCache, PodMissing, PodUnavailable
+from koordlet.pods.cache import PodCache, PodMissing, PodUnavailable
+from koordlet.pods.fairshare import FairSharePod
 
 __all__ = [
     "DEFAULT_HOOK_DIR",

@@ -37,10 +37,11 @@ from koordlet.deviceplugin.gpushare import (
     PendingPod,
     PodConflict,
 )
-from koordlet.fairshare.pods import PodRecord as FairSharePodRecord
-from koordlet.pods import PodMissing, PodRecord, PodUnavailable, decode_pod_record
-from koordlet.reporter import NodePods
-from koordlet.sync import ApiError, ConflictError, NodeState, NotFoundError
+from koordlet.pods.cache import PodMissing, PodUnavailable
+from koordlet.pods.fairshare import PodRecord as FairSharePodRecord
+from koordlet.pods.record import PodRecord, decode_pod_record
+from koordlet.reporting.reporter import NodePods
+from koordlet.reporting.sync import ApiError, ConflictError, NodeState, NotFoundError
 
 __all__ = ["KubeConfigError", "KubeNodeAPI"]
 
@@ -223,7 +224,7 @@ class KubeNodeAPI:
         return NodePods(uids=frozenset(uids), allocated=frozenset(allocated), records=records)
 
     def get_pod(self, namespace: str, name: str, timeout_s: float) -> PodRecord:
-        """``koordlet.pods.PodGetter``: one GET, at most ``timeout_s`` seconds (half to
+        """``koordlet.pods.cache.PodGetter``: one GET, at most ``timeout_s`` seconds (half to
         connect, half to read)."""
         path = f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}"
         half = timeout_s / 2

@@ -113,7 +113,7 @@ class KoordletMetrics:
         self.admission_refused.inc()
 
     def sync_done(self, result: str) -> None:
-        """``koordlet.sync.SyncObserver``: count one sync pass."""
+        """``koordlet.reporting.sync.SyncObserver``: count one sync pass."""
         self.device_sync.labels(result=result).inc()
 
     def checkpoint_error(self) -> None:

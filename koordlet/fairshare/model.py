@@ -11,11 +11,11 @@ import socket
 from dataclasses import dataclass, field
 from typing import Final
 
-from koordlet.fairshare.pods import FairSharePod
 from koordlet.fairshare.protocol import (
     REQUEST_SIZE,
 )
 from koordlet.fairshare.tokens import ClientShare, SchedulerConfig, TokenScheduler
+from koordlet.pods.fairshare import FairSharePod
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT_S",

@@ -60,8 +60,8 @@ from koordlet.fairshare.model import (
     _listen,
     _share,
 )
-from koordlet.fairshare.pods import FairSharePod
 from koordlet.fairshare.tokens import ClientShare, TokenScheduler
+from koordlet.pods.fairshare import FairSharePod
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT_S",

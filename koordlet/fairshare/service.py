@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 import structlog
 
 from apis.fairshare import DefaultLimit
-from koordlet.fairshare.pods import PodRecord, classify_pods
 from koordlet.fairshare.server import FairShareServer
+from koordlet.pods.fairshare import PodRecord, classify_pods
 
 __all__ = ["EVENT_REASON", "FairShareService", "OnProblem"]
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 from apis.device import Device
 from koordlet.kube import KubeConfigError, KubeNodeAPI
-from koordlet.sync import ApiError, ConflictError, NotFoundError
+from koordlet.reporting.sync import ApiError, ConflictError, NotFoundError
 from tests.e2e.apiserver import OPEN_DEVICE_CRD as CRD
 
 pytestmark = pytest.mark.e2e
@@ -269,7 +269,8 @@ def test_bad_kubeconfig(tmp_path: Any) -> None:
 
 def test_get_pod_and_create_event(api: KubeNodeAPI, kube_client: client.ApiClient) -> None:
     from koordlet.events import pod_warning_event
-    from koordlet.pods import ContainerRecord, PodMissing
+    from koordlet.pods.cache import PodMissing
+    from koordlet.pods.record import ContainerRecord
 
     core = client.CoreV1Api(kube_client)
     gpu = client.V1ResourceRequirements(limits={"nvidia.com/gpu": "2"})
@@ -311,7 +312,7 @@ def test_get_pod_and_create_event(api: KubeNodeAPI, kube_client: client.ApiClien
 
 
 def test_get_pod_from_a_server_that_never_answers_is_unavailable(tmp_path: Any) -> None:
-    from koordlet.pods import PodUnavailable
+    from koordlet.pods.cache import PodUnavailable
 
     with socket.socket() as stalled:  # accepts connections (backlog), never answers
         stalled.bind(("127.0.0.1", 0))

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 from apis.device import ANNOTATION_GPU_TOPOLOGY, Device
 from apis.topology import connectivity_score
 from koordlet.devices.fake import FakeLibrary
-from koordlet.partitions import derive_partitions
+from koordlet.reporting.partitions import derive_partitions
 from tests.e2e.test_koordlet_sync import GROUP, PLURAL, REPO, VERSION, Koordlet, _name, _node, _wait
 
 pytestmark = pytest.mark.e2e

@@ -33,7 +33,7 @@ from test_scheduler_harness import (
 from apis.device import ANNOTATION_GPU_TOPOLOGY
 from apis.partition import ANNOTATION_GPU_PARTITIONS, LABEL_GPU_PARTITION_POLICY, POLICY_HONOR
 from koordlet.devices.fake import FakeLibrary
-from koordlet.partitions import derive_partitions
+from koordlet.reporting.partitions import derive_partitions
 
 if TYPE_CHECKING:
     from apiserver import ApiServer

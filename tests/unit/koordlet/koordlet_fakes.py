@@ -1,4 +1,5 @@
-"""An in-memory ``koordlet.sync.NodeAPI``: a fake of our port for the sync and agent tests.
+"""An in-memory ``koordlet.reporting.sync.NodeAPI``: a fake of our port for the sync and agent
+tests.
 
 It behaves like the API server where the agent cares: resourceVersions (a stale update is a
 409), create of an existing object is a 409, merge patches with ``None`` deleting a key. Every
@@ -16,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apis.device import Device
-from koordlet.reporter import NodePods
-from koordlet.sync import ApiError, ConflictError, NodeState, NotFoundError
+from koordlet.reporting.reporter import NodePods
+from koordlet.reporting.sync import ApiError, ConflictError, NodeState, NotFoundError
 
 
 @dataclass

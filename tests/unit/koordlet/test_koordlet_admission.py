@@ -16,7 +16,7 @@ from koordlet.admission import (
     gpu_cards,
 )
 from koordlet.devices.library import GPU
-from koordlet.pods import PodRecord, decode_pod_record
+from koordlet.pods.record import PodRecord, decode_pod_record
 
 GI = 1 << 30
 CORE, RATIO, MEM = (

@@ -16,9 +16,9 @@ from prometheus_client import CollectorRegistry
 from apis.checkpoint import kubelet_checkpoint_json
 from apis.device import Device
 from koordlet.agent import Agent, NodeInventory, report_once
-from koordlet.checkpoint import checkpoint_path
 from koordlet.devices.fake import FakeLibrary, parse_fake_spec
 from koordlet.devices.library import HEALTHY, REASON_QUERY_FAILED
+from koordlet.kubelet.checkpoint import checkpoint_path
 from tests.unit.koordlet.koordlet_fakes import FakeNodeAPI
 
 T0 = datetime(2024, 5, 1, 10, tzinfo=UTC)
@@ -207,7 +207,7 @@ def test_report_once_includes_checkpoint_entries(fake: FakeLibrary, tmp_path: Pa
 
 # -- kubelet-allocated GPUs reach the Device CR at once ------------------------------------------
 
-from koordlet.reporter import NodePods  # noqa: E402
+from koordlet.reporting.reporter import NodePods  # noqa: E402
 
 CHECKPOINTS = "node.koordinator.sh/devices-checkpoints"
 
@@ -273,8 +273,8 @@ def test_denials_are_counted_and_posted_as_events(fake: FakeLibrary, tmp_path: P
 def test_a_pod_over_committing_a_running_pod_card_is_refused_failed_and_counted(
     fake: FakeLibrary, tmp_path: Path
 ) -> None:
-    from koordlet.pods import PodRecord
-    from koordlet.reporter import NodePods
+    from koordlet.pods.record import PodRecord
+    from koordlet.reporting.reporter import NodePods
 
     whole = (
         '{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100",'

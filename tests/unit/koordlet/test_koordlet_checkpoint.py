@@ -1,4 +1,4 @@
-"""koordlet.checkpoint: reading the kubelet checkpoint file, both shapes, and its failures."""
+"""koordlet.kubelet.checkpoint: reading the kubelet checkpoint file, both shapes, its failures."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from structlog.testing import capture_logs
 
 from apis.allocation import go_json_loads
 from apis.checkpoint import PodDeviceEntry, kubelet_checksum
-from koordlet.checkpoint import CheckpointReader, checkpoint_path
+from koordlet.kubelet.checkpoint import CheckpointReader, checkpoint_path
 
 G = [f"GPU-{i}0000000-0000-0000-0000-00000000000{i}" for i in range(4)]
 

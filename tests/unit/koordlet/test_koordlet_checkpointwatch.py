@@ -1,4 +1,4 @@
-"""koordlet.checkpointwatch: a real inotify watch of the kubelet's device-plugins directory."""
+"""koordlet.kubelet.watch: a real inotify watch of the kubelet's device-plugins directory."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from koordlet.checkpointwatch import CheckpointWatcher
+from koordlet.kubelet.watch import CheckpointWatcher
 
 
 class Counter:

@@ -1,4 +1,4 @@
-"""koordlet.deviceids: device-plugin ids (time-slicing, MIG, index, gpushare) -> card UUIDs."""
+"""koordlet.kubelet.deviceids: device-plugin ids (time-slicing, MIG, index, gpushare) -> cards."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from apis.checkpoint import PodDeviceEntry, parse_kubelet_checkpoint
-from koordlet.deviceids import CardResolver, normalize_entries
 from koordlet.devices.fake import FakeLibrary, parse_fake_spec
 from koordlet.devices.library import GPU
+from koordlet.kubelet.deviceids import CardResolver, normalize_entries
 
 FIXTURE = Path(__file__).parent / "fixtures" / "checkpoint-device-plugin-ids.json"
 

@@ -116,7 +116,8 @@ def test_a_path_that_is_not_a_socket_is_a_start_error(short_dir: Path) -> None:
 
 # -- per container and fail closed, over the agent's pod cache -------------------------------------
 
-from koordlet.pods import ContainerRecord, PodCache, PodMissing, PodRecord  # noqa: E402
+from koordlet.pods.cache import PodCache, PodMissing  # noqa: E402
+from koordlet.pods.record import ContainerRecord, PodRecord  # noqa: E402
 
 SHARED = (
     '{"gpu":[{"minor":1,"resources":{"koordinator.sh/gpu-core":"60",'

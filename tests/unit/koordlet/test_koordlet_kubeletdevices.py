@@ -1,9 +1,9 @@
-"""koordlet.kubeletdevices: device-plugin GPUs seen by the hook, until the checkpoint has them."""
+"""koordlet.kubelet.devices: device-plugin GPUs seen by the hook, until the checkpoint has them."""
 
 from __future__ import annotations
 
 from apis.checkpoint import PodDeviceEntry
-from koordlet.kubeletdevices import HotDevices
+from koordlet.kubelet.devices import HotDevices
 
 
 class Clock:

@@ -1,4 +1,4 @@
-"""Tests for koordlet.partitions: the gpu-partitions table derived from the discovered
+"""Tests for koordlet.reporting.partitions: the gpu-partitions table derived from the discovered
 interconnect of the reference boxes (config/examples/fake-gpus-*.yaml)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from apis.quantity import Quantity
 from apis.topology import LINK_PCIE, GPULink, GPUTopology
 from koordlet.devices.fake import load_fake_spec
-from koordlet.partitions import derive_partitions, is_nvswitch_box
+from koordlet.reporting.partitions import derive_partitions, is_nvswitch_box
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "config" / "examples"
 

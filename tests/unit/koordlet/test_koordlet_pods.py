@@ -1,4 +1,4 @@
-"""koordlet.pods: decoding the pod spec's GPU requests, and the hook's pod cache."""
+"""koordlet.pods: decoding the pod spec's GPU requests (record), and the hook's pod cache."""
 
 from __future__ import annotations
 
@@ -6,14 +6,8 @@ from typing import Any
 
 import pytest
 
-from koordlet.pods import (
-    ContainerRecord,
-    PodCache,
-    PodMissing,
-    PodRecord,
-    PodUnavailable,
-    decode_pod_record,
-)
+from koordlet.pods.cache import PodCache, PodMissing, PodUnavailable
+from koordlet.pods.record import ContainerRecord, PodRecord, decode_pod_record
 
 
 def pod(uid: str = "uid-1", name: str = "p") -> dict[str, Any]:

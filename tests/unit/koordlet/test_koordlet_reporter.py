@@ -1,4 +1,4 @@
-"""koordlet.reporter (pure): golden Device CRs, published checkpoint entries, node totals,
+"""koordlet.reporting.reporter (pure): golden Device CRs, published checkpoint entries, node totals,
 labels, and what to write given what the API server holds."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from apis.device import Device, DeviceInfo
 from apis.quantity import Quantity
 from apis.topology import GPULink, GPUTopology
 from koordlet.devices.library import GPU, HEALTHY, Health
-from koordlet.reporter import (
+from koordlet.reporting.reporter import (
     DEFAULT_GPU_RESOURCES,
     GPUResourceNames,
     Inventory,

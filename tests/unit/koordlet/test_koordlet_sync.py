@@ -1,4 +1,4 @@
-"""koordlet.sync: one reconcile pass against an in-memory NodeAPI, conflicts, errors, the loop."""
+"""koordlet.reporting.sync: one reconcile pass against an in-memory NodeAPI, conflicts, the loop."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from apis.checkpoint import PodDeviceEntry
 from apis.device import LABEL_GPU_MODEL
 from koordlet.devices.library import GPU, Health
-from koordlet.reporter import Inventory, NodePods
-from koordlet.sync import (
+from koordlet.reporting.reporter import Inventory, NodePods
+from koordlet.reporting.sync import (
     RESULT_CREATED,
     RESULT_ERROR,
     RESULT_UNCHANGED,

@@ -23,10 +23,10 @@ import pytest
 
 from apis.fairshare import FairShareSpec
 from koordlet.fairshare.client import GeminiClient
-from koordlet.fairshare.pods import FairSharePod
 from koordlet.fairshare.protocol import QuotaRequest, encode_request
 from koordlet.fairshare.server import FairShareConfig, FairShareServer
 from koordlet.fairshare.tokens import SchedulerConfig
+from koordlet.pods.fairshare import FairSharePod
 from runtimehooks.api import api_pb2, api_pb2_grpc
 
 GiB = 2**30
@@ -155,7 +155,7 @@ _CHILD = textwrap.dedent(
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), hard))
     from apis.fairshare import FairShareSpec
-    from koordlet.fairshare.pods import FairSharePod
+    from koordlet.pods.fairshare import FairSharePod
     from koordlet.fairshare.server import FairShareConfig, FairShareServer
     from runtimehooks.hooks import new_default_registry
     from runtimehooks.server import HookServer

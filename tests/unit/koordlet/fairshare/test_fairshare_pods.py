@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from apis.fairshare import DefaultLimit
-from koordlet.fairshare.pods import PodRecord, fairshare_pods
+from koordlet.pods.fairshare import PodRecord, fairshare_pods
 
 ALLOC = "scheduling.koordinator.sh/device-allocated"
 GEMINI = {"koordinator.sh/gpu-isolation-provider": "Gemini"}

@@ -13,10 +13,10 @@ import pytest
 
 from apis.fairshare import FairShareSpec
 from koordlet.fairshare.client import GeminiClient
-from koordlet.fairshare.pods import FairSharePod
 from koordlet.fairshare.protocol import REQUEST_SIZE, ProtocolError
 from koordlet.fairshare.server import FairShareConfig, FairShareServer
 from koordlet.fairshare.tokens import SchedulerConfig
+from koordlet.pods.fairshare import FairSharePod
 
 GiB = 2**30
 FAST = SchedulerConfig(window_ms=2_000, base_quota_ms=50, min_quota_ms=20)

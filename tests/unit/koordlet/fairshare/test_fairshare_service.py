@@ -6,9 +6,9 @@ import time
 
 from structlog.testing import capture_logs
 
-from koordlet.fairshare.pods import FairSharePod, PodRecord
 from koordlet.fairshare.server import FairShareServer
 from koordlet.fairshare.service import FairShareService
+from koordlet.pods.fairshare import FairSharePod, PodRecord
 
 ALLOC = "scheduling.koordinator.sh/device-allocated"
 GEMINI = {"koordinator.sh/gpu-isolation-provider": "Gemini"}

@@ -24,7 +24,7 @@ Invariants (Koordinator's ``koordlet/statesinformer/impl/states_device_linux.go`
   discovered GPU interconnect, encoded deterministically so an unchanged topology never
   causes a write; no known pair, no annotation.
 - The ``scheduling.koordinator.sh/gpu-partitions`` annotation (``apis.partition``) is the
-  table ``koordlet.partitions.derive_partitions`` derives from that interconnect (NVSwitch
+  table ``koordlet.reporting.partitions.derive_partitions`` derives from that interconnect (NVSwitch
   boxes, NVLink bridges and meshes); PCIe-only nodes get none. The partition policy label
   ``node.koordinator.sh/gpu-partition-policy`` is the operator's (never written here, kept by
   ``merge_device``).
@@ -72,8 +72,8 @@ from apis.resources import (
 )
 from apis.topology import ANNOTATION_GPU_TOPOLOGY, GPUTopology
 from koordlet.devices.library import GPU, HEALTHY, Health
-from koordlet.partitions import derive_partitions
-from koordlet.pods import PodRecord
+from koordlet.pods.record import PodRecord
+from koordlet.reporting.partitions import derive_partitions
 
 __all__ = [
     "DEFAULT_GPU_RESOURCES",

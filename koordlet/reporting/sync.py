@@ -32,7 +32,7 @@ import structlog
 
 from apis.checkpoint import PodDeviceEntry
 from apis.device import Device
-from koordlet.reporter import (
+from koordlet.reporting.reporter import (
     DEFAULT_GPU_RESOURCES,
     GPUResourceNames,
     Inventory,
