@@ -57,7 +57,7 @@ from koordlet.hookserver import (
 )
 from koordlet.kubelet.checkpoint import DEFAULT_KUBELET_ROOT
 from koordlet.metrics import DEFAULT_METRICS_PORT, FairShareMetrics, parse_bind_address
-from koordlet.pods.fairshare import PodRecord as FairSharePodRecord
+from koordlet.pods.record import PodRecord
 from koordlet.reporting.reporter import DEFAULT_GPU_RESOURCE_NAMES, GPUResourceNames
 
 PROG = "koordlet"
@@ -294,7 +294,7 @@ def _fairshare(
     server = FairShareServer(config, on_grant=metrics.observe_grant)
     server_ref.append(server)
 
-    def on_problem(pod: FairSharePodRecord, message: str) -> None:
+    def on_problem(pod: PodRecord, message: str) -> None:
         events = agent_ref[0].events if agent_ref else None
         if events is not None:
             events.warn(pod.namespace, pod.name, pod.uid, FAIRSHARE_EVENT_REASON, message)

@@ -28,7 +28,6 @@ from urllib.parse import quote
 import structlog
 from yaml import YAMLError
 
-from apis.allocation import ANNOTATION_DEVICE_ALLOCATED
 from apis.device import API_VERSION, KIND, PLURAL, Device, DeviceDecodeError
 from apis.gpushare import GPUShareDecodeError, placement_of
 from koordlet.deviceplugin.gpushare import (
@@ -38,8 +37,7 @@ from koordlet.deviceplugin.gpushare import (
     PodConflict,
 )
 from koordlet.pods.cache import PodMissing, PodUnavailable
-from koordlet.pods.fairshare import PodRecord as FairSharePodRecord
-from koordlet.pods.record import PodRecord, decode_pod_record
+from koordlet.pods.record import PodRecord, decode_pod_record, str_map
 from koordlet.reporting.reporter import NodePods
 from koordlet.reporting.sync import ApiError, ConflictError, NodeState, NotFoundError
 
@@ -55,12 +53,6 @@ _TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 
 class KubeConfigError(Exception):
     """No usable kubeconfig or in-cluster configuration (a user error)."""
-
-
-def _str_map(v: object) -> dict[str, str]:
-    if not isinstance(v, Mapping):
-        return {}
-    return {str(k): str(val) for k, val in v.items() if val is not None}
 
 
 def _container_gpu_mem(c: Mapping[str, Any]) -> int:
@@ -198,9 +190,9 @@ class KubeNodeAPI:
         return NodeState(
             name=str(meta.get("name") or name),
             uid=str(meta.get("uid") or ""),
-            labels=_str_map(meta.get("labels")),
-            capacity=_str_map(status.get("capacity")),
-            allocatable=_str_map(status.get("allocatable")),
+            labels=str_map(meta.get("labels")),
+            capacity=str_map(status.get("capacity")),
+            allocatable=str_map(status.get("allocatable")),
         )
 
     def list_node_pods(self, node_name: str) -> NodePods:
@@ -211,16 +203,15 @@ class KubeNodeAPI:
         allocated: set[str] = set()
         records: dict[str, PodRecord] = {}
         for pod in obj.get("items") or []:
-            meta = pod.get("metadata") or {}
-            uid = str(meta.get("uid") or "")
-            phase = (pod.get("status") or {}).get("phase")
-            if not uid or phase in _TERMINAL_PHASES:
+            if (pod.get("status") or {}).get("phase") in _TERMINAL_PHASES:
                 continue
-            uids.add(uid)
-            annotations = _str_map(meta.get("annotations"))
-            if ANNOTATION_DEVICE_ALLOCATED in annotations or _gpushare_placed(annotations):
-                allocated.add(uid)
-            records[uid] = decode_pod_record(pod)
+            record = decode_pod_record(pod)
+            if not record.uid:
+                continue
+            uids.add(record.uid)
+            if record.allocation is not None or _gpushare_placed(record.annotations):
+                allocated.add(record.uid)
+            records[record.uid] = record
         return NodePods(uids=frozenset(uids), allocated=frozenset(allocated), records=records)
 
     def get_pod(self, namespace: str, name: str, timeout_s: float) -> PodRecord:
@@ -253,27 +244,10 @@ class KubeNodeAPI:
         namespace = str((event.get("metadata") or {}).get("namespace") or "default")
         self._request("POST", f"/api/v1/namespaces/{_q(namespace)}/events", body=dict(event))
 
-    def list_node_pod_records(self, node_name: str) -> list[FairSharePodRecord]:
-        """The node's live pods (not Succeeded/Failed) with labels and annotations."""
-        obj = self._request(
-            "GET", "/api/v1/pods", query=[("fieldSelector", f"spec.nodeName={node_name}")]
-        )
-        out: list[FairSharePodRecord] = []
-        for pod in obj.get("items") or []:
-            meta = pod.get("metadata") or {}
-            uid = str(meta.get("uid") or "")
-            if not uid or (pod.get("status") or {}).get("phase") in _TERMINAL_PHASES:
-                continue
-            out.append(
-                FairSharePodRecord(
-                    uid=uid,
-                    namespace=str(meta.get("namespace") or ""),
-                    name=str(meta.get("name") or ""),
-                    labels=_str_map(meta.get("labels")),
-                    annotations=_str_map(meta.get("annotations")),
-                )
-            )
-        return out
+    def list_node_pod_records(self, node_name: str) -> list[PodRecord]:
+        """The node's live pods (not Succeeded/Failed): the same list and records as
+        ``list_node_pods``."""
+        return list(self.list_node_pods(node_name).records.values())
 
     # -- gpushare's device plugin (koordlet.deviceplugin.server.PodSource) -------------------
 
@@ -284,7 +258,7 @@ class KubeNodeAPI:
         out: list[PendingPod] = []
         for pod in obj.get("items") or []:
             meta = pod.get("metadata") or {}
-            annotations = _str_map(meta.get("annotations"))
+            annotations = str_map(meta.get("annotations"))
             if (pod.get("status") or {}).get("phase") != "Pending":
                 continue
             if annotations.get(ANNOTATION_ASSIGNED) != "false":

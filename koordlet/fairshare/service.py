@@ -21,7 +21,8 @@ import structlog
 
 from apis.fairshare import DefaultLimit
 from koordlet.fairshare.server import FairShareServer
-from koordlet.pods.fairshare import PodRecord, classify_pods
+from koordlet.pods.fairshare import classify_pods
+from koordlet.pods.record import PodRecord
 
 __all__ = ["EVENT_REASON", "FairShareService", "OnProblem"]
 

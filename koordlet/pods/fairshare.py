@@ -1,8 +1,8 @@
 """The node's pods as the fair-share server sees them (pure).
 
-Role: ``PodRecord`` is the slim record the kube adapter decodes a pod into once (identity,
-labels, annotations); ``fairshare_pods`` turns the node's records into the opted-in clients
-(``FairSharePod``) through ``apis.fairshare``, the same decoder the runtime hook uses.
+Role: ``fairshare_pods`` turns the node's pod records (``koordlet.pods.record``, decoded once
+by the kube adapter) into the opted-in clients (``FairSharePod``) through ``apis.fairshare``,
+the same decoder the runtime hook uses.
 
 Invariants: a pod whose fair-share input is bad is left out and reported in the returned
 problems (one line each: the agent logs them, it never stops on them); pods that did not opt
@@ -11,23 +11,13 @@ in, have no allocation or hold whole cards are simply not clients.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 from apis.fairshare import DefaultLimit, FairShareInputError, FairShareSpec, fairshare_spec
+from koordlet.pods.record import PodRecord
 
-__all__ = ["FairSharePod", "PodRecord", "classify_pods", "fairshare_pods"]
-
-
-@dataclass(frozen=True, slots=True)
-class PodRecord:
-    """A live pod bound to this node (terminal pods are not listed)."""
-
-    uid: str
-    namespace: str
-    name: str
-    labels: Mapping[str, str] = field(default_factory=dict)
-    annotations: Mapping[str, str] = field(default_factory=dict)
+__all__ = ["FairSharePod", "classify_pods", "fairshare_pods"]
 
 
 @dataclass(frozen=True, slots=True)

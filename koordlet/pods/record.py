@@ -1,7 +1,14 @@
-"""The node's pods as the runtime hook needs them: which container requests which GPU resource.
+"""The node's one pod record: what every node service reads of a pod, decoded once.
 
-Role: ``PodRecord`` (a slim, decoded pod: uid, name, containers with their GPU requests) and
-``decode_pod_record`` (the v1 Pod JSON -> record; used by the kube adapter).
+Role: ``PodRecord`` (a slim, decoded pod: identity, labels and annotations, containers with
+their GPU requests, creation time, whether it started) and ``decode_pod_record`` (the v1 Pod
+JSON -> record), the one decoder the kube adapter runs for the sync loop's pod list and a
+single GET alike. The runtime hook reads the containers' requests, node admission the
+allocation and the start, fair share the labels and annotations.
+
+Invariants: decoding never raises on a pod the API server admitted (a missing field reads
+as empty; a GPU quantity that does not parse counts as a request of 1); labels and
+annotations are string maps (a ``None`` value dropped, anything else written as text).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ __all__ = [
     "ContainerRecord",
     "PodRecord",
     "decode_pod_record",
+    "str_map",
 ]
 
 ALIYUN_GPU_MEM: Final = "aliyun.com/gpu-mem"
@@ -43,19 +51,31 @@ class ContainerRecord:
 
 @dataclass(frozen=True, slots=True)
 class PodRecord:
-    """A pod as the hook needs it; containers: init containers first, then app containers."""
+    """A live pod of this node; containers: init containers first, then app containers."""
 
     uid: str
     namespace: str = ""
     name: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
     containers: tuple[ContainerRecord, ...] = ()
-    allocation: str | None = None
-    """The ``device-allocated`` annotation's text (None: the pod has none)."""
     created: str = ""
     """``metadata.creationTimestamp`` as written (RFC 3339, UTC: sorts as text)."""
     started: bool = False
     """A container of the pod was created: phase ``Running``, or a (init) container status
     that is running or terminated (node admission learns these pods as admitted)."""
+
+    @property
+    def allocation(self) -> str | None:
+        """The ``device-allocated`` annotation's text (None: the pod has none)."""
+        return self.annotations.get(ANNOTATION_DEVICE_ALLOCATED)
+
+
+def str_map(v: object) -> dict[str, str]:
+    """An API object's string map (labels, annotations, quantities) as text; not a map: {}."""
+    if not isinstance(v, Mapping):
+        return {}
+    return {str(k): str(val) for k, val in v.items() if val is not None}
 
 
 def _started(status: Mapping[str, Any]) -> bool:
@@ -99,14 +119,13 @@ def decode_pod_record(obj: Mapping[str, Any]) -> PodRecord:
         containers.append(
             ContainerRecord(str(c.get("name") or ""), CONTAINER_APP, _gpu_requests(c))
         )
-    annotations = meta.get("annotations") or {}
-    allocation = annotations.get(ANNOTATION_DEVICE_ALLOCATED)
     return PodRecord(
         uid=str(meta.get("uid") or ""),
         namespace=str(meta.get("namespace") or ""),
         name=str(meta.get("name") or ""),
+        labels=str_map(meta.get("labels")),
+        annotations=str_map(meta.get("annotations")),
         containers=tuple(containers),
-        allocation=allocation if isinstance(allocation, str) else None,
         created=str(meta.get("creationTimestamp") or ""),
         started=_started(obj.get("status") or {}),
     )

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 import pytest
 
+from apis.allocation import ANNOTATION_DEVICE_ALLOCATED
 from koordlet.admission import (
     ADMITTED,
     NOT_READY,
@@ -55,8 +56,16 @@ def ledger(clock: Clock | None = None) -> tuple[GPUAdmission, list[Refusal]]:
     return adm, refused
 
 
+def bound(
+    uid: str, name: str, allocation: str, created: str = "", started: bool = False
+) -> PodRecord:
+    """A pod of the node's list that holds ``allocation`` (its device-allocated annotation)."""
+    annotations = {ANNOTATION_DEVICE_ALLOCATED: allocation}
+    return PodRecord(uid, "ns", name, annotations=annotations, created=created, started=started)
+
+
 def running(uid: str, allocation: str, created: str = "2026-01-01T00:00:00Z") -> PodRecord:
-    return PodRecord(uid, "ns", uid, allocation=allocation, created=created, started=True)
+    return bound(uid, uid, allocation, created=created, started=True)
 
 
 CASES = [
@@ -134,7 +143,7 @@ def test_a_listed_admitted_pod_keeps_its_share() -> None:
     adm, _ = ledger(clock)
     adm.decide("uid-a", "ns", "a", share(0, 100, 100, 80))
     clock.t += 10
-    adm.observe([PodRecord("uid-a", "ns", "a", allocation=share(0, 100, 100, 80))], clock.t)
+    adm.observe([bound("uid-a", "a", share(0, 100, 100, 80))], clock.t)
     assert adm.decide("uid-b", "ns", "b", share(0, 10, 10, 8)).outcome == OVERCOMMIT
 
 
@@ -144,7 +153,7 @@ def test_a_restarted_agent_relearns_the_running_pods() -> None:
         [
             running("uid-a", share(0, 60, 60, 48)),
             # bound, not started: not admitted, holds nothing yet
-            PodRecord("uid-p", "ns", "p", allocation=share(1, 100, 100, 80)),
+            bound("uid-p", "p", share(1, 100, 100, 80)),
         ],
         listed_at=50.0,
     )

@@ -273,6 +273,7 @@ def test_denials_are_counted_and_posted_as_events(fake: FakeLibrary, tmp_path: P
 def test_a_pod_over_committing_a_running_pod_card_is_refused_failed_and_counted(
     fake: FakeLibrary, tmp_path: Path
 ) -> None:
+    from apis.allocation import ANNOTATION_DEVICE_ALLOCATED
     from koordlet.pods.record import PodRecord
     from koordlet.reporting.reporter import NodePods
 
@@ -295,7 +296,8 @@ def test_a_pod_over_committing_a_running_pod_card_is_refused_failed_and_counted(
 
     api, cluster, registry = FakeNodeAPI(), Cluster(), CollectorRegistry()
     api.add_node("node-1")
-    running = PodRecord("uid-a", "ns", "a", allocation=whole, started=True)  # before the agent
+    running = PodRecord("uid-a", "ns", "a", annotations={ANNOTATION_DEVICE_ALLOCATED: whole},
+                        started=True)  # before the agent  # fmt: skip
     api.pods = NodePods(uids=frozenset({"uid-a"}), allocated=frozenset({"uid-a"}),
                         records={"uid-a": running})  # fmt: skip
     a = Agent(node_name="node-1", library=fake, api=api, registry=registry, sync_interval_s=3600,

@@ -38,3 +38,24 @@ def test_gpushare_placed_pods_are_accounted_by_the_scheduler_not_published() -> 
     assert pods.uids == {"koord", "gpushare", "broken", "plain"}
     # a malformed gpushare placement is not accounted by the scheduler: its card is published
     assert pods.allocated == {"koord", "gpushare"}
+
+
+def test_the_hook_admission_and_fair_share_read_one_record_per_pod() -> None:
+    gemini = {"koordinator.sh/gpu-isolation-provider": "Gemini"}
+    items = [
+        {**_pod("a", {"scheduling.koordinator.sh/device-allocated": "{}"}),
+         "metadata": {"uid": "a", "name": "a", "namespace": "ns", "labels": gemini,
+                      "annotations": {"scheduling.koordinator.sh/device-allocated": "{}",
+                                      "koordinator.sh/gpu-core-limit": "50"}}},
+        {**_pod("done", {}), "status": {"phase": "Succeeded"}},
+        _pod("", {}),
+    ]  # fmt: skip
+    api = _Listing(items)
+    listed = api.list_node_pods("n").records
+    assert list(listed) == ["a"]  # terminal and uid-less pods are not the node's
+    (record,) = api.list_node_pod_records("n")
+    assert record == listed["a"]
+    assert record.labels == gemini
+    assert record.annotations["koordinator.sh/gpu-core-limit"] == "50"
+    assert record.allocation == "{}"
+    assert [c.name for c in record.containers] == ["c"] and record.started

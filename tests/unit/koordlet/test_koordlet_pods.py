@@ -119,3 +119,21 @@ ERRORS = [
 def test_lookup_errors(getter: Getter | None, error: type[Exception]) -> None:
     with pytest.raises(error):
         PodCache(getter).lookup("uid-1", "ns", "p")
+
+
+def test_one_record_carries_what_every_node_service_reads() -> None:
+    obj = pod()
+    obj["metadata"]["labels"] = {"koordinator.sh/gpu-isolation-provider": "Gemini", "n": None}
+    obj["metadata"]["annotations"] = {
+        "scheduling.koordinator.sh/device-allocated": '{"gpu":[]}',
+        "koordinator.sh/gpu-core-limit": 50,  # not text: read as text, as the API server's
+    }
+    record = decode_pod_record(obj)
+    assert record.labels == {"koordinator.sh/gpu-isolation-provider": "Gemini"}
+    assert record.annotations == {
+        "scheduling.koordinator.sh/device-allocated": '{"gpu":[]}',
+        "koordinator.sh/gpu-core-limit": "50",
+    }
+    assert record.allocation == '{"gpu":[]}'
+    assert decode_pod_record(pod()).allocation is None
+    assert decode_pod_record({"metadata": {"labels": "x", "annotations": ["y"]}}) == PodRecord("")

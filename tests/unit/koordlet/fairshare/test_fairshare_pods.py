@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from apis.fairshare import DefaultLimit
-from koordlet.pods.fairshare import PodRecord, fairshare_pods
+from koordlet.pods.fairshare import fairshare_pods
+from koordlet.pods.record import PodRecord
 
 ALLOC = "scheduling.koordinator.sh/device-allocated"
 GEMINI = {"koordinator.sh/gpu-isolation-provider": "Gemini"}

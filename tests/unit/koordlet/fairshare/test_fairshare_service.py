@@ -8,7 +8,8 @@ from structlog.testing import capture_logs
 
 from koordlet.fairshare.server import FairShareServer
 from koordlet.fairshare.service import FairShareService
-from koordlet.pods.fairshare import FairSharePod, PodRecord
+from koordlet.pods.fairshare import FairSharePod
+from koordlet.pods.record import PodRecord
 
 ALLOC = "scheduling.koordinator.sh/device-allocated"
 GEMINI = {"koordinator.sh/gpu-isolation-provider": "Gemini"}
