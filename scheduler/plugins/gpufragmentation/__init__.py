@@ -4,8 +4,9 @@ Role: the package's public face — ``new_gpufragmentation(args, handle)``, the 
 plugin registry uses. Layout, by concern: ``measure`` (the fragmentation of a node for a target
 workload, and what a placement would leave), ``workload`` (pod shapes; the target workload,
 fixed or learned from a bounded window of recent pods), ``args`` (pluginConfig), ``plugin``
-(PreFilter, the whole-cluster Score), ``pernode`` (the per-node Score). Card state is not
-kept here: it is read from the scheduler's one device ledger (``scheduler.devices``).
+(PreFilter, the whole-cluster Score), ``columns`` (the per-row sums and per-slot columns that
+Score reads, cached by version), ``pernode`` (the per-node Score). Card state is not kept
+here: it is read from the scheduler's one device ledger (``scheduler.devices``).
 
 Invariants: importing the package registers and starts nothing; every profile of one
 scheduler reads the same ledger (``scheduler.devices.ledger_of``); the package imports no

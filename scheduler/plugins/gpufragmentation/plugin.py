@@ -13,7 +13,7 @@ baselines as scoring strategies of the same plugin:
   one-step measure lacks; ``strandedReach`` scales it by the share of GPU tasks accepting the
   node's model), plus ``pinnedWeight`` x the milli-GPU the pod takes x its model's pressure
   (the share of GPU demand pinned to models that accept it over the model's share of the
-  cluster's free GPU now, ``_pressure``; 0 without GPU-model constraints). It is compared in
+  cluster's free GPU now, ``columns``; 0 without GPU-model constraints). It is compared in
   steps of ``resolution`` milli-GPU (``Linear``),
   or as the paper's artifact does, ``int(100 * sigmoid(-gradient / 1000))`` (``Sigmoid``).
 - ``BestFit``: the node left with the least free cpu and GPU (each normalized to the largest
@@ -51,16 +51,17 @@ pod sharing one card, PreFilter stores a preference object under ``PREFERRED_GPU
 skipped when a single node is feasible); DeviceShare's Reserve allocates on that card when it
 can, and records the allocation in the ledger — the only writer.
 
-Invariants: per-node sums are cached per plugin and recomputed only for ledger rows whose
-``row_version`` changed or when the target workload is rebuilt; ``score`` and ``score_nodes``
-agree exactly on every node (the measure is exact; tests compare them on random clusters);
-PreFilter rejects only pods that no node could take; the plugin never imports another plugin.
+Invariants: per-row sums are cached per plugin (``columns``) and recomputed only for ledger
+rows whose ``row_version`` changed or when the target workload is rebuilt; ``score`` and
+``score_nodes`` agree exactly on every node (the measure is exact; tests compare them on
+random clusters); PreFilter rejects only pods that no node could take; the plugin never
+imports another plugin.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Final
 
@@ -68,7 +69,6 @@ import numpy as np
 import numpy.typing as npt
 
 from apis.core import CPU, MEMORY, Pod
-from apis.device import LABEL_GPU_MODEL
 from apis.gpushare import MemoryUnit
 from apis.quantity import BINARY_SI, Quantity
 from apis.resources import DEVICE_GPU, GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO
@@ -112,7 +112,7 @@ from scheduler.plugins.gpufragmentation.baselines import (
     node_tags,
     packing_scores,
 )
-from scheduler.plugins.gpufragmentation.measure import Workload
+from scheduler.plugins.gpufragmentation.columns import ClusterColumns
 from scheduler.plugins.gpufragmentation.pernode import (
     PodRequest,
     node_score,
@@ -163,20 +163,6 @@ class _Entry:
         return self
 
 
-@dataclass(slots=True)
-class _NodeCache:
-    """Per-row sums for one workload (ledger rows, plus a zero sentinel row)."""
-
-    workload: Workload | None = None
-    generation: int = -1
-    capacity: int = 0
-    version: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
-    total: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
-    n_cards: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
-    s: IntArray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
-    c: IntArray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
-
-
 def pod_request(pod: Pod, gpushare_unit: MemoryUnit = MemoryUnit.GiB) -> PodRequest:
     """The pod's cpu and device request, parsed as DeviceShare parses it."""
     cpu = pod.requests.get(CPU, 0)
@@ -202,15 +188,7 @@ class GPUFragmentation:
         self.estimator = WorkloadEstimator(self.args.workload)
         self._snapshot = handle.snapshot if handle is not None else None
         self._np_rng = np.random.default_rng(self.args.random_seed)
-        self._cache = _NodeCache()
-        self._rows_key: tuple[int, ...] | None = None
-        self._rows: IntArray = np.zeros(0, np.int64)
-        self._access_key: tuple[int, ...] | None = None
-        self._access: IntArray = np.zeros(0, np.int64)
-        self._slot_rate: F64 = np.zeros(0, np.float64)
-        self._slot_reach: F64 = np.zeros(0, np.float64)
-        self._tags: IntArray = np.zeros(1, np.int64)
-        self._tags_version: IntArray = np.zeros(0, np.int64)
+        self.columns = ClusterColumns(ledger, self.estimator)
 
     @classmethod
     def with_handle(
@@ -260,7 +238,7 @@ class GPUFragmentation:
         if memory:
             ok &= snapshot.allocatable(MEMORY)[slots] - snapshot.requested(MEMORY)[slots] >= memory
         if request.request is not None and ok.any():
-            rows = self._slot_rows(snapshot)[slots[ok]]
+            rows = self.columns.slot_rows(snapshot)[slots[ok]]
             rows = rows[rows < self.ledger.n_rows]
             if len(rows) and rows_feasible(self.ledger, request.request, rows).any():
                 return None
@@ -278,104 +256,6 @@ class GPUFragmentation:
             return entry
         return _Entry(pod_request(pod, self.ledger.gpushare_unit), None)
 
-    # -- per-node sums ----------------------------------------------------------------------------
-
-    def workload(self) -> Workload:
-        """The current target workload, with the per-row cache brought up to date."""
-        workload = self.estimator.current()
-        cache, ledger = self._cache, self.ledger
-        capacity = ledger.row_capacity
-        n = ledger.n_rows
-        if (
-            cache.workload is not workload
-            or cache.generation != self.estimator.generation
-            or cache.capacity != capacity
-        ):
-            q = workload.n_groups
-            cache.workload, cache.generation, cache.capacity = (
-                workload,
-                self.estimator.generation,
-                capacity,
-            )
-            cache.version = np.full(capacity, -1, np.int64)
-            cache.total = np.zeros(capacity + 1, np.int64)
-            cache.n_cards = np.zeros(capacity + 1, np.int64)
-            cache.s = np.zeros((capacity + 1, q), np.int64)
-            cache.c = np.zeros((capacity + 1, q), np.int64)
-        dirty = np.flatnonzero(cache.version[:n] != ledger.row_version[:n])
-        if len(dirty):
-            tbl = ledger.table(DEVICE_GPU)
-            free = tbl.share[dirty]
-            cache.s[dirty], cache.c[dirty] = workload.sums(free)
-            cache.total[dirty] = free.sum(axis=1)
-            cache.n_cards[dirty] = tbl.healthy[dirty].sum(axis=1)
-            cache.version[dirty] = ledger.row_version[dirty]
-        return workload
-
-    def _slot_rows(self, snapshot: Snapshot) -> IntArray:
-        """Ledger row of every snapshot slot (``n_rows`` where a node has none), cached."""
-        ledger = self.ledger
-        key = (id(snapshot), snapshot.node_generation, snapshot.size, ledger.node_set_generation)
-        if key != self._rows_key:
-            rows = np.full(snapshot.size, ledger.n_rows, np.int64)
-            for slot in range(snapshot.size):
-                info = snapshot.infos[slot]
-                if info is not None:
-                    row = ledger.row_of(info.name)
-                    if row is not None:
-                        rows[slot] = row
-            self._rows, self._rows_key = rows, key
-        return self._rows
-
-    def model_of(self, info: NodeInfo) -> str:
-        """The node's GPU model: its Node label, else its Device CR's."""
-        node = info.node
-        model = node.labels.get(LABEL_GPU_MODEL, "") if node is not None else ""
-        if not model:
-            device = self.ledger.device(info.name)
-            model = device.labels.get(LABEL_GPU_MODEL, "") if device is not None else ""
-        return model
-
-    def _pressure(self, snapshot: Snapshot, workload: Workload) -> F64:
-        """Per model kind: the share of GPU demand pinned to models that accept it over its
-        share of the cluster's free GPU now (0 where it has none free)."""
-        kinds = self._slot_access(snapshot, workload)
-        rows = self._slot_rows(snapshot)
-        cache = self._cache
-        crow = np.where(rows < self.ledger.n_rows, rows, cache.capacity)
-        pinned = workload.kind_pinned()
-        free = np.bincount(kinds, weights=np.take(cache.total, crow), minlength=len(pinned))
-        total = float(free.sum())
-        safe = np.where(free > 0, free, 1.0)
-        out: F64 = np.where(free > 0, pinned * total / safe, 0.0)
-        return out
-
-    def _slot_access(self, snapshot: Snapshot, workload: Workload) -> IntArray:
-        """Each snapshot slot's model ``kind`` in ``workload`` (which shapes accept its node,
-        ``Workload.kind``), cached with each slot's ``cpu_per_gpu_of`` and ``reach_of`` its
-        model (``_slot_rate``, ``_slot_reach``)."""
-        key = (
-            id(snapshot),
-            snapshot.node_generation,
-            snapshot.size,
-            self.ledger.node_set_generation,
-            id(workload),
-            self.estimator.generation,
-        )
-        if key != self._access_key:
-            kinds = np.zeros(snapshot.size, np.int64)
-            rate = np.zeros(snapshot.size, np.float64)
-            reach = np.zeros(snapshot.size, np.float64)
-            for slot in range(snapshot.size):
-                info = snapshot.infos[slot]
-                model = self.model_of(info) if info is not None else ""
-                kinds[slot] = workload.kind(model)
-                rate[slot] = workload.cpu_per_gpu_of(model)
-                reach[slot] = workload.reach_of(model)
-            self._access, self._access_key = kinds, key
-            self._slot_rate, self._slot_reach = rate, reach
-        return self._access
-
     # -- Score ------------------------------------------------------------------------------------
 
     def score(self, state: CycleState, pod: Pod, node: NodeInfo) -> int:
@@ -388,16 +268,16 @@ class GPUFragmentation:
             tags = node_tags(self.ledger.holdings_on(node.name))
         pressure = 0.0
         if self.args.pinned_weight > 0 and self._snapshot is not None:
-            wl = self.workload()
-            kinds = self._slot_access(self._snapshot, wl)
+            wl = self.columns.workload()
+            kinds = self.columns.slot_access(self._snapshot, wl)
             if 0 <= node.slot < len(kinds):
-                pressure = float(self._pressure(self._snapshot, wl)[kinds[node.slot]])
+                pressure = float(self.columns.pressure(self._snapshot, wl)[kinds[node.slot]])
         return node_score(
             self.args,
             self.estimator.current(),
             entry.pod,
             cards,
-            self.model_of(node),
+            self.columns.model_of(node),
             cpu_free,
             node.slot,
             tags,
@@ -411,7 +291,7 @@ class GPUFragmentation:
         entry = self._entry(state, pod)
         if not entry.pod.valid or len(slots) == 0:
             return np.zeros(len(slots), np.int64)
-        rows = self._slot_rows(snapshot)[slots]
+        rows = self.columns.slot_rows(snapshot)[slots]
         cpu = snapshot.allocatable(CPU)[slots] - snapshot.requested(CPU)[slots]
         raw, cols = self._evaluate(entry.pod, snapshot, rows, cpu, slots)
         if entry.preference is not None:
@@ -436,8 +316,8 @@ class GPUFragmentation:
     ) -> tuple[IntArray, IntArray]:
         """Raw scores of the nodes at ``slots`` (ledger ``rows``) and, for a pod on one card,
         the card column each would get (-1: none fits)."""
-        wl = self.workload()
-        ledger, cache = self.ledger, self._cache
+        wl = self.columns.workload()
+        ledger, cache = self.ledger, self.columns.sums
         n = len(rows)
         known = rows < ledger.n_rows
         safe = np.where(known, rows, 0)
@@ -453,7 +333,7 @@ class GPUFragmentation:
         taken = np.zeros(n, np.int64)
         fits: B = np.zeros((n, share.shape[1]), bool)
         access = (
-            np.take(self._slot_access(snapshot, wl), slots)
+            np.take(self.columns.slot_access(snapshot, wl), slots)
             if strategy == FRAGMENTATION_GRADIENT
             else np.zeros(n, np.int64)
         )
@@ -526,7 +406,7 @@ class GPUFragmentation:
         elif strategy == DOT_PRODUCT:
             primary = dot_product_scores(cpu, total, pod.cpu, taken)
         elif strategy == CLUSTERING:
-            tags = np.take(self._row_tags(), crow)
+            tags = np.take(self.columns.row_tags(), crow)
             primary = clustering_scores(pod_tag(pod), tags, total)
         elif strategy == PACKING:
             count = gpu.count if gpu is not None else 0
@@ -534,32 +414,16 @@ class GPUFragmentation:
         else:
             assert strategy == FRAGMENTATION_GRADIENT
             before = wl.fragmentation(total, s, c, wl.weights(cpu, access))
-            rate = np.take(self._slot_rate, slots)
-            reach = np.take(self._slot_reach, slots)
+            rate = np.take(self.columns.slot_rate, slots)
+            reach = np.take(self.columns.slot_reach, slots)
             pinned = None
             if self.args.pinned_weight > 0:
-                pressure = np.take(self._pressure(snapshot, wl), access)
+                pressure = np.take(self.columns.pressure(snapshot, wl), access)
                 pinned = self.args.pinned_weight * taken * pressure
             primary = primary_gradient(
                 self.args, rate, before, after, total, left, cpu, cpu_after, reach, pinned
             )
         return with_ties(self.args.tie_break, primary, n_cards, left, slots), cols
-
-    def _row_tags(self) -> IntArray:
-        """GPUClustering's tag bit set of every ledger row (plus a zero sentinel row), brought
-        up to date for the rows whose ``row_version`` changed."""
-        ledger = self.ledger
-        capacity = ledger.row_capacity
-        if len(self._tags_version) != capacity:
-            self._tags = np.zeros(capacity + 1, np.int64)
-            self._tags_version = np.full(capacity, -1, np.int64)
-        n = ledger.n_rows
-        dirty = np.flatnonzero(self._tags_version[:n] != ledger.row_version[:n])
-        for row in dirty.tolist():
-            holdings = ledger.holdings_on(ledger.node_name(row))
-            self._tags[row] = node_tags(holdings)
-        self._tags_version[dirty] = ledger.row_version[dirty]
-        return self._tags
 
     # -- the card choice DeviceShare asks for --------------------------------------------------
 
@@ -570,7 +434,7 @@ class GPUFragmentation:
         slot = snapshot.index.get(node)
         if slot is None or slot >= snapshot.size:
             return None
-        row = int(self._slot_rows(snapshot)[slot])
+        row = int(self.columns.slot_rows(snapshot)[slot])
         if row >= self.ledger.n_rows:
             return None
         best = preference.best
