@@ -86,7 +86,7 @@ def _blocks(path: Path) -> list[tuple[str, int, list[str]]]:
 def _logical(body: list[str], first: int) -> list[tuple[int, str]]:
     """Join backslash continuations: (line number, text) per logical line."""
     out: list[tuple[int, str]] = []
-    start, parts = 0, []
+    start, parts = 0, list[str]()
     for n, raw in enumerate(body, first):
         if not parts:
             start = n

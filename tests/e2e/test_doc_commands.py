@@ -17,7 +17,8 @@ of ``console`` blocks). Each one is in exactly one of two tables below:
 
 A command in neither table, or in both, or a table entry no document has any more, fails
 ``test_every_documented_command_is_run_or_excused`` with the one line to add or remove; so does
-an untagged block that holds a command (tag it). The runnable set takes about a minute.
+an untagged block that holds a command (tag it). The runnable set: about 75 s of commands
+(``make demo`` 11 s) and 25 s of set-up, measured on 2 busy cores.
 """
 
 # ruff: noqa: E501  (the tables keep one documented command per line, as written)

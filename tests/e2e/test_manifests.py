@@ -162,8 +162,9 @@ def _objects(built: str) -> list[str]:
     def canon(node: object) -> object:
         if isinstance(node, dict):
             out = {k: canon(v) for k, v in node.items()}
-            if isinstance(out.get("ports"), list):
-                out["ports"] = sorted(out["ports"], key=lambda p: json.dumps(p, sort_keys=True))
+            ports = out.get("ports")
+            if isinstance(ports, list):
+                out["ports"] = sorted(ports, key=lambda p: json.dumps(p, sort_keys=True))
             return out
         if isinstance(node, list):
             return [canon(v) for v in node]
