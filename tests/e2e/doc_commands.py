@@ -136,3 +136,22 @@ def untagged_commands(path: Path) -> list[str]:
         for n, line in enumerate(body, fence + 1)
         if _LOOKS_LIKE_COMMAND.match(line)
     ]
+
+
+_INLINE = re.compile(r"`([^`\n]+)`")
+_INLINE_COMMAND = re.compile(r"^(\.venv/bin/)?(koord-scheduler|koordlet|make)\s")
+
+
+def inline_commands(path: Path) -> list[tuple[str, str]]:
+    """``(doc:line, text)`` of the inline code spans outside fenced blocks that start with
+    ``make``, ``koord-scheduler`` or ``koordlet`` (with or without ``.venv/bin/``)."""
+    doc = str(path.relative_to(ROOT))
+    out: list[tuple[str, str]] = []
+    fenced = False
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if _FENCE.match(line) or re.match(r"^\s*```\s*$", line):
+            fenced = not fenced
+            continue
+        if not fenced:
+            out += [(f"{doc}:{n}", m) for m in _INLINE.findall(line) if _INLINE_COMMAND.match(m)]
+    return out

@@ -17,15 +17,19 @@ of ``console`` blocks). Each one is in exactly one of two tables below:
 
 A command in neither table, or in both, or a table entry no document has any more, fails
 ``test_every_documented_command_is_run_or_excused`` with the one line to add or remove; so does
-an untagged block that holds a command (tag it). The runnable set: about 75 s of commands
-(``make demo`` 11 s) and 25 s of set-up, measured on 2 busy cores.
+an untagged block that holds a command (tag it). Inline mentions in prose (``make lint``,
+``koordlet run --fake-gpus``) are not run; ``test_inline_commands_name_real_targets_...``
+checks that their Makefile target, subcommand and flags exist. The runnable set: about 75 s of
+commands (``make demo`` 11 s) and 25 s of set-up, measured on 2 busy cores.
 """
 
 # ruff: noqa: E501  (the tables keep one documented command per line, as written)
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
+import re
 import shutil
 import signal
 import ssl
@@ -43,7 +47,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from apiserver import ApiServer
-from doc_commands import ROOT, Command, commands, docs, untagged_commands
+from doc_commands import ROOT, Command, commands, docs, inline_commands, untagged_commands
 from prometheus import hack_values
 
 HERE = "tests/e2e/test_doc_commands.py"
@@ -193,6 +197,43 @@ def test_the_extraction_finds_the_commands_it_must() -> None:
     assert preempt.output[0].startswith("PLACEMENTS")
     assert "PREEMPTIONS" in "\n".join(preempt.output)
     assert by_key[("docs/gpushare.md", "kubectl inspect gpushare -d")].output == ()
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    (action,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def test_inline_commands_name_real_targets_subcommands_and_flags() -> None:
+    """Inline mentions (`make lint`, `koordlet run --fake-gpus`) are not run, but what they name
+    must exist: the Makefile target, the subcommand, every --flag of it."""
+    from koordlet.cli import build_parser as koordlet_parser
+    from scheduler.cli import build_parser as scheduler_parser
+
+    targets = set(re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), re.M))
+    parsers = {"koord-scheduler": scheduler_parser(), "koordlet": koordlet_parser()}
+    problems = []
+    for path in docs():
+        for where, text in inline_commands(path):
+            words = text.split()
+            program = words[0].removeprefix(".venv/bin/")
+            if program == "make":
+                if words[1] not in targets and not words[1].startswith("-"):
+                    problems.append(f"{where}: `{text}`: no target {words[1]!r} in the Makefile")
+                continue
+            parser, rest = parsers[program], words[1:]
+            if rest and not rest[0].startswith("-"):
+                subs = _subcommands(parser)
+                if rest[0] not in subs:
+                    problems.append(f"{where}: `{text}`: {program} has no command {rest[0]!r}")
+                    continue
+                parser, rest = subs[rest[0]], rest[1:]
+            problems += [
+                f"{where}: `{text}`: no flag {flag} (known: {sorted(parser._option_string_actions)})"
+                for flag in (w.split("=", 1)[0] for w in rest if w.startswith("--"))
+                if flag not in parser._option_string_actions
+            ]
+    assert not problems, "\n".join(problems)
 
 
 RUN_PREEMPTION = "koord-scheduler simulate config/examples/demo-preemption.yaml"
