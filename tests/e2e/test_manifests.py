@@ -4,10 +4,19 @@ to a real kube-apiserver: the CRD, Namespace and RBAC parts for real, then every
 ``--dry-run=server`` (server-side validation and defaulting of each object). A broken manifest,
 a kustomization the old kustomize cannot build, or overlays whose image differs fail here.
 A fresh API server is used: the real CRD must not replace the session's open-schema test CRD.
+
+Kustomize versions: kubectl 1.20 builds every entry point without a line on stderr; a current
+kustomize (a kubectl >= 1.21 or ``kustomize`` on PATH; skipped when there is none) builds the
+same objects with no warning but the deprecation of ``bases``/``patchesStrategicMerge``, the two
+fields v2.0.3 needs; and v2.0.3 refuses the newer spelling, which is why they stay.
 """
 
 from __future__ import annotations
 
+import functools
+import json
+import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -102,3 +111,120 @@ def test_entry_point_applies_to_a_real_api_server(
     assert not [ln for ln in got.splitlines() if "deployment" in ln or "daemonset" in ln]
     for sa in (d for d in real if d["kind"] == "ServiceAccount"):
         assert f"serviceaccount/{sa['metadata']['name']}" in got
+
+
+# --- kustomize versions ----------------------------------------------------------------------
+# The files keep the spelling of kubectl 1.20's kustomize v2.0.3 (`bases:`,
+# `patchesStrategicMerge:`); kustomize v4/v5 (kubectl >= 1.21) builds them the same, warning
+# that those two fields are deprecated, and its spelling (directories under `resources:`,
+# `patches:`) is refused by v2.0.3: no single form builds warning-free on both
+# (docs/operations.md, "Kustomize versions").
+DEPRECATED_BY_V5 = {"bases", "patchesStrategicMerge"}
+_WARNING = re.compile(r"^# Warning: '(\w+)' is deprecated\. Please use '\w+' instead\.")
+
+
+@functools.cache
+def _current_kustomize() -> list[str] | None:
+    """A kustomize v4+ build command: `kustomize build` on PATH, else a kubectl on PATH whose
+    embedded kustomize is v4 or later (kubectl >= 1.21); None when neither is here."""
+    if found := shutil.which("kustomize"):
+        return [found, "build"]
+    if found := shutil.which("kubectl"):
+        proc = subprocess.run(
+            [found, "version", "--client", "-o", "json"], capture_output=True, text=True, timeout=60
+        )
+        version = (
+            json.loads(proc.stdout).get("kustomizeVersion", "") if proc.returncode == 0 else ""
+        )
+        if re.match(r"v([4-9]|\d\d)\.", version):
+            return [found, "kustomize"]
+    return None
+
+
+def _fields(kustomization_dir: Path) -> set[str]:
+    """The top-level fields of a kustomization and of its bases, recursively."""
+    for name in ("kustomization.yaml", "kustomization.yml", "Kustomization"):
+        if (kustomization_dir / name).is_file():
+            doc = yaml.safe_load((kustomization_dir / name).read_text()) or {}
+            break
+    else:
+        raise AssertionError(f"{kustomization_dir}: no kustomization file")
+    fields = set(doc)
+    for base in doc.get("bases", []):
+        fields |= _fields((kustomization_dir / base).resolve())
+    return fields
+
+
+def _objects(built: str) -> list[str]:
+    """The built objects, canonical: keys sorted, containers' `ports` by number (strategic-merge
+    order differs between kustomize versions and means nothing)."""
+
+    def canon(node: object) -> object:
+        if isinstance(node, dict):
+            out = {k: canon(v) for k, v in node.items()}
+            ports = out.get("ports")
+            if isinstance(ports, list):
+                out["ports"] = sorted(ports, key=lambda p: json.dumps(p, sort_keys=True))
+            return out
+        if isinstance(node, list):
+            return [canon(v) for v in node]
+        return node
+
+    return sorted(json.dumps(canon(d), sort_keys=True) for d in yaml.safe_load_all(built) if d)
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_entry_point_builds_without_warnings_on_1_20_and_only_the_documented_ones_on_v5(
+    kubectl: str, entry: str
+) -> None:
+    old = subprocess.run(
+        [kubectl, "kustomize", entry], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
+    assert old.returncode == 0, old.stderr
+    assert old.stderr == "", f"kubectl 1.20 kustomize {entry} warns:\n{old.stderr}"
+    current = _current_kustomize()
+    if current is None:
+        pytest.skip("no kustomize v4+ here (a kubectl >= 1.21 or kustomize on PATH)")
+    new = subprocess.run([*current, entry], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert new.returncode == 0, f"{' '.join(current)} {entry}:\n{new.stderr}"
+    warned = set()
+    for line in new.stderr.splitlines():
+        m = _WARNING.match(line)
+        assert m, f"{' '.join(current)} {entry}: an unexpected line on stderr: {line}"
+        warned.add(m.group(1))
+    used = _fields(REPO / entry)
+    unexpected = warned - (DEPRECATED_BY_V5 & used)
+    assert not unexpected, (
+        f"{entry}: {' '.join(current)} warns that {sorted(unexpected)} is deprecated; only "
+        f"{sorted(DEPRECATED_BY_V5)} (which kubectl 1.20 needs) may be"
+    )
+    assert _objects(new.stdout) == _objects(old.stdout), f"{entry}: the two kustomizes differ"
+
+
+NEWER_SPELLING = {
+    "a directory under resources": "resources:\n  - ../base\n",
+    "patches": "resources:\n  - cm.yaml\npatches:\n  - path: patch.yaml\n",
+}
+
+
+@pytest.mark.parametrize("form", sorted(NEWER_SPELLING))
+def test_kubectl_1_20_refuses_the_spelling_that_current_kustomize_wants(
+    kubectl: str, tmp_path: Path, form: str
+) -> None:
+    """Why the files keep the deprecated fields: kustomize v5's spelling does not build on 1.20."""
+    base, overlay = tmp_path / "base", tmp_path / "overlay"
+    base.mkdir()
+    overlay.mkdir()
+    cm = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\ndata:\n  a: '1'\n"
+    (base / "kustomization.yaml").write_text("resources:\n  - cm.yaml\n")
+    (base / "cm.yaml").write_text(cm)
+    (overlay / "patch.yaml").write_text(cm.replace("'1'", "'2'"))
+    (overlay / "kustomization.yaml").write_text(NEWER_SPELLING[form])
+    shutil.copy(base / "cm.yaml", overlay / "cm.yaml")
+    old = subprocess.run([kubectl, "kustomize", str(overlay)], capture_output=True, text=True)
+    assert old.returncode != 0, f"kubectl 1.20 now builds {form}: the files can move to it"
+    current = _current_kustomize()
+    if current is None:
+        return
+    new = subprocess.run([*current, str(overlay)], capture_output=True, text=True, timeout=120)
+    assert new.returncode == 0 and new.stderr == "", new.stderr
