@@ -32,8 +32,8 @@ from scheduler.commands.explain import cmd_explain
 from scheduler.commands.extender import cmd_extender
 from scheduler.commands.inspect import cmd_inspect
 from scheduler.commands.run import cmd_run
-from scheduler.commands.webhook import add_webhook_parser
 from scheduler.commands.simulate import cmd_simulate
+from scheduler.commands.webhook import add_webhook_parser
 from scheduler.observability import logs
 from scheduler.simulator.replay_cli import add_trace_arguments
 

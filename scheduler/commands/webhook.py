@@ -82,39 +82,93 @@ def add_webhook_parser(sub: Any, log_flags: Any) -> None:
     )
     serve.add_argument("--bind-address", default="0.0.0.0", metavar="ADDR")
     serve.add_argument("--port", type=int, default=9443, help="HTTPS port (default 9443; 0: any)")
-    serve.add_argument("--tls-cert-file", required=True, metavar="PATH",
-                       help="PEM serving certificate (chain), e.g. the mounted Secret's tls.crt; "
-                       "reloaded when it changes")  # fmt: skip
-    serve.add_argument("--tls-private-key-file", required=True, metavar="PATH",
-                       help="PEM private key of --tls-cert-file")  # fmt: skip
-    serve.add_argument("--scheduler-name", default="koord-scheduler", metavar="NAME",
-                       help="schedulerName given to GPU pods that name none (default "
-                       "koord-scheduler)")  # fmt: skip
-    serve.add_argument("--gpu-resources", type=_names, default=DEFAULT_GPU_RESOURCES,
-                       metavar="NAMES", help="comma-separated resources that make a pod a GPU "
-                       "pod; a trailing * matches a prefix (default: "
-                       f"{','.join(DEFAULT_GPU_RESOURCES)})")  # fmt: skip
-    serve.add_argument("--translate-nvidia-gpu", type=_bool, nargs="?", const=True,
-                       default=False, metavar="BOOL", help="rewrite nvidia.com/gpu: N as "
-                       "koordinator.sh/gpu-core and gpu-memory-ratio N*100 (default false)")  # fmt: skip
-    serve.add_argument("--gpushare-memory-unit", choices=("GiB", "MiB"), default="GiB",
-                       help="unit of aliyun.com/gpu-mem, as the scheduler's (default GiB)")  # fmt: skip
-    serve.add_argument("--allocation-writers", type=_names,
-                       default=(DEFAULT_SCHEDULER_IDENTITY, DEFAULT_AGENT), metavar="USERS",
-                       help="comma-separated users that may set or change allocation "
-                       f"annotations (default {DEFAULT_SCHEDULER_IDENTITY},{DEFAULT_AGENT})")  # fmt: skip
-    serve.add_argument("--allocation-writer-groups", type=_names, default=(), metavar="GROUPS",
-                       help="comma-separated groups whose members may too (default none)")  # fmt: skip
-    serve.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES,
-                       metavar="N", help="largest request body accepted, else 413 (default "
-                       f"{DEFAULT_MAX_REQUEST_BYTES})")  # fmt: skip
-    serve.add_argument("--shutdown-delay", type=_duration, default=0.0, metavar="DURATION",
-                       help="after SIGTERM, keep serving (not ready) this long (default 0s)")  # fmt: skip
-    serve.add_argument("--shutdown-grace", type=_duration, default=10.0, metavar="DURATION",
-                       help="then wait this long for reviews in flight (default 10s)")  # fmt: skip
-    serve.add_argument("--cert-reload-interval", type=_duration, default=10.0,
-                       metavar="DURATION", help="how often the certificate files are checked "
-                       "for a rotation (default 10s)")  # fmt: skip
+    serve.add_argument(
+        "--tls-cert-file",
+        required=True,
+        metavar="PATH",
+        help="PEM serving certificate (chain), e.g. the mounted Secret's tls.crt; "
+        "reloaded when it changes",
+    )
+    serve.add_argument(
+        "--tls-private-key-file",
+        required=True,
+        metavar="PATH",
+        help="PEM private key of --tls-cert-file",
+    )
+    serve.add_argument(
+        "--scheduler-name",
+        default="koord-scheduler",
+        metavar="NAME",
+        help="schedulerName given to GPU pods that name none (default koord-scheduler)",
+    )
+    serve.add_argument(
+        "--gpu-resources",
+        type=_names,
+        default=DEFAULT_GPU_RESOURCES,
+        metavar="NAMES",
+        help="comma-separated resources that make a pod a GPU "
+        "pod; a trailing * matches a prefix (default: "
+        f"{','.join(DEFAULT_GPU_RESOURCES)})",
+    )
+    serve.add_argument(
+        "--translate-nvidia-gpu",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="BOOL",
+        help="rewrite nvidia.com/gpu: N as "
+        "koordinator.sh/gpu-core and gpu-memory-ratio N*100 (default false)",
+    )
+    serve.add_argument(
+        "--gpushare-memory-unit",
+        choices=("GiB", "MiB"),
+        default="GiB",
+        help="unit of aliyun.com/gpu-mem, as the scheduler's (default GiB)",
+    )
+    serve.add_argument(
+        "--allocation-writers",
+        type=_names,
+        default=(DEFAULT_SCHEDULER_IDENTITY, DEFAULT_AGENT),
+        metavar="USERS",
+        help="comma-separated users that may set or change allocation "
+        f"annotations (default {DEFAULT_SCHEDULER_IDENTITY},{DEFAULT_AGENT})",
+    )
+    serve.add_argument(
+        "--allocation-writer-groups",
+        type=_names,
+        default=(),
+        metavar="GROUPS",
+        help="comma-separated groups whose members may too (default none)",
+    )
+    serve.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=DEFAULT_MAX_REQUEST_BYTES,
+        metavar="N",
+        help=f"largest request body accepted, else 413 (default {DEFAULT_MAX_REQUEST_BYTES})",
+    )
+    serve.add_argument(
+        "--shutdown-delay",
+        type=_duration,
+        default=0.0,
+        metavar="DURATION",
+        help="after SIGTERM, keep serving (not ready) this long (default 0s)",
+    )
+    serve.add_argument(
+        "--shutdown-grace",
+        type=_duration,
+        default=10.0,
+        metavar="DURATION",
+        help="then wait this long for reviews in flight (default 10s)",
+    )
+    serve.add_argument(
+        "--cert-reload-interval",
+        type=_duration,
+        default=10.0,
+        metavar="DURATION",
+        help="how often the certificate files are checked for a rotation (default 10s)",
+    )
     log_flags(serve)
     serve.set_defaults(func=cmd_webhook_serve, serving_logs=True)
 
@@ -130,8 +184,13 @@ def add_webhook_parser(sub: Any, log_flags: Any) -> None:
     )
     certs.add_argument("--service", default="koord-webhook", metavar="NAME")
     certs.add_argument("--namespace", default="koordinator-system", metavar="NS")
-    certs.add_argument("--host", action="append", default=[], metavar="NAME",
-                       help="another DNS name or IP of the certificate (repeatable)")  # fmt: skip
+    certs.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another DNS name or IP of the certificate (repeatable)",
+    )
     certs.add_argument("--days", type=int, default=365, help="validity (default 365)")
     certs.add_argument("--out", required=True, metavar="DIR", help="directory to write to")
     certs.set_defaults(func=cmd_webhook_certs)
@@ -150,8 +209,11 @@ def cmd_webhook_certs(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     try:
         os.makedirs(args.out, exist_ok=True)
-        for name, data, mode in (("ca.crt", ca, 0o644), ("tls.crt", cert, 0o644),
-                                 ("tls.key", key, 0o600)):  # fmt: skip
+        for name, data, mode in (
+            ("ca.crt", ca, 0o644),
+            ("tls.crt", cert, 0o644),
+            ("tls.key", key, 0o600),
+        ):
             path = os.path.join(args.out, name)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
             with os.fdopen(fd, "wb") as out:
@@ -213,8 +275,12 @@ def cmd_webhook_serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     server.start()
-    log.info("webhook serving", port=server.port, scheduler=policy.scheduler_name,
-             allocation_writers=list(policy.allocation_writers))  # fmt: skip
+    log.info(
+        "webhook serving",
+        port=server.port,
+        scheduler=policy.scheduler_name,
+        allocation_writers=list(policy.allocation_writers),
+    )
     while not stop.wait(args.cert_reload_interval):
         problem = reloader.check()
         if problem is not None:

@@ -67,6 +67,8 @@ MetricsWriter = Callable[[BinaryIO], None]
 PostHandler = Callable[[bytes], tuple[int, bytes, str]]
 """A POST route: the request body -> (status code, body, content type)."""
 DEFAULT_MAX_BODY = 1 << 20
+DISCARD_FACTOR = 8
+"""An oversized body up to this many times the limit is read and dropped before the 413."""
 BACKLOG = 1024
 
 
@@ -283,7 +285,16 @@ class HealthServer:
             self._reply(req, 400, b"bad Content-Length\n", "text/plain")
             return None
         if length > self._max_body:
-            req.close_connection = True  # the body is never read: the connection cannot go on
+            # Read (and drop) a body up to a bound, so a client that sends it all before
+            # reading sees the 413 rather than a reset; the connection ends either way.
+            req.close_connection = True
+            if length <= DISCARD_FACTOR * self._max_body:
+                left = length
+                while left > 0:
+                    chunk = req.rfile.read(min(left, 1 << 16))
+                    if not chunk:
+                        return None
+                    left -= len(chunk)
             body = f"request body of {length} bytes is over the limit of {self._max_body}\n"
             self._reply(req, 413, body.encode(), "text/plain")
             return None

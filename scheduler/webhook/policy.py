@@ -71,9 +71,7 @@ class WebhookPolicy:
                 continue
             for part in ("requests", "limits"):
                 names = resources.get(part)
-                if isinstance(names, Mapping) and any(
-                    self.is_gpu_resource(str(n)) for n in names
-                ):
+                if isinstance(names, Mapping) and any(self.is_gpu_resource(str(n)) for n in names):
                     return True
         return False
 

@@ -95,8 +95,9 @@ def decode_review(body: bytes) -> Review:
         raise ReviewError(f"kind: expected AdmissionReview, got {doc.get('kind')!r}")
     api_version = doc.get("apiVersion")
     if api_version not in API_VERSIONS:
-        raise ReviewError(f"apiVersion: expected one of {', '.join(API_VERSIONS)}, "
-                          f"got {api_version!r}")  # fmt: skip
+        raise ReviewError(
+            f"apiVersion: expected one of {', '.join(API_VERSIONS)}, got {api_version!r}"
+        )
     req = _obj(doc.get("request"), "request")
     if req is None:
         raise ReviewError("request: missing")

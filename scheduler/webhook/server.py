@@ -139,9 +139,7 @@ class AdmissionRoutes:
         return self._verdict("guard", review, guard_problem(review, self.policy), 403)
 
     @staticmethod
-    def _verdict(
-        webhook: str, review: Review, problem: str | None, code: int
-    ) -> tuple[str, bytes]:
+    def _verdict(webhook: str, review: Review, problem: str | None, code: int) -> tuple[str, bytes]:
         if problem is None:
             return "allowed", encode_response(review)
         log.info(

@@ -66,8 +66,10 @@ def _amounts(container: Mapping[str, Any], where: str) -> str | None:
             seen.setdefault(name, {})[part] = value
     for name, parts in sorted(seen.items()):
         if "requests" in parts and "limits" in parts and parts["requests"] != parts["limits"]:
-            return (f"{where}.resources.requests[{name}]: must equal its limit "
-                    f"({parts['requests']} != {parts['limits']})")  # fmt: skip
+            return (
+                f"{where}.resources.requests[{name}]: must equal its limit "
+                f"({parts['requests']} != {parts['limits']})"
+            )
         if "limits" not in parts:
             return f"{where}.resources.limits[{name}]: required with its request"
     return None

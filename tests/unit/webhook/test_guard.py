@@ -30,18 +30,39 @@ HELD = pod(annotations={ALLOCATED: NEGATIVE}, node="n1")
         (pod(), {}, False),
         (HELD, {"operation": "UPDATE", "old": pod(node="n1")}, True),
         (pod(node="n1"), {"operation": "UPDATE", "old": HELD}, True),
-        (pod(annotations={ALLOCATED: "{}"}),
-         {"operation": "UPDATE", "old": pod(annotations={ALLOCATED: "{}"})}, False),
-        (pod(annotations={ALLOCATED: "{}"}, labels={"x": "y"}),
-         {"operation": "UPDATE", "old": pod(annotations={ALLOCATED: "{}"})}, False),
+        (
+            pod(annotations={ALLOCATED: "{}"}),
+            {"operation": "UPDATE", "old": pod(annotations={ALLOCATED: "{}"})},
+            False,
+        ),
+        (
+            pod(annotations={ALLOCATED: "{}"}, labels={"x": "y"}),
+            {"operation": "UPDATE", "old": pod(annotations={ALLOCATED: "{}"})},
+            False,
+        ),
         (HELD, {"operation": "UPDATE", "old": pod(), "sub_resource": "status"}, True),
         (HELD, {"sub_resource": "binding"}, False),
         (HELD, {"operation": "DELETE"}, False),
         (HELD, {"resource": ("scheduling.koordinator.sh", "v1alpha1", "devices")}, False),
     ],
-    ids=["create", "scheduler", "agent", "masters-not-by-default", "gpushare-idx",
-         "gpushare-assigned", "other-annotation", "none", "update-sets", "update-removes",
-         "update-unchanged", "update-label", "status-sets", "binding", "delete", "not-a-pod"],  # fmt: skip
+    ids=[
+        "create",
+        "scheduler",
+        "agent",
+        "masters-not-by-default",
+        "gpushare-idx",
+        "gpushare-assigned",
+        "other-annotation",
+        "none",
+        "update-sets",
+        "update-removes",
+        "update-unchanged",
+        "update-label",
+        "status-sets",
+        "binding",
+        "delete",
+        "not-a-pod",
+    ],
 )
 def test_guard(obj: dict[str, Any], kw: dict[str, Any], refused: bool) -> None:
     problem = guard_problem(review(obj, **kw), POLICY)
@@ -51,7 +72,7 @@ def test_guard(obj: dict[str, Any], kw: dict[str, Any], refused: bool) -> None:
 def test_the_message_names_the_annotation_and_the_user() -> None:
     problem = guard_problem(review(HELD, user="alice"), POLICY)
     assert problem == (
-        f"metadata.annotations[{ALLOCATED}]: user \"alice\" sets a device allocation; only "
+        f'metadata.annotations[{ALLOCATED}]: user "alice" sets a device allocation; only '
         "koord-scheduler (through pods/binding) and the node agent write allocations"
     )
 

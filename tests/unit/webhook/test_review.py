@@ -14,7 +14,12 @@ from tests.unit.webhook.reviews import patch_of, pod, response, review, review_d
 def test_decodes_what_the_api_server_sends() -> None:
     r = review(pod(), user="alice", groups=["team", "system:authenticated"])
     assert (r.uid, r.operation, r.resource, r.namespace, r.name) == (
-        "705ab4f5-6393-11e8-b7cc-42010a800002", "CREATE", "/v1/pods", "team-a", "p")  # fmt: skip
+        "705ab4f5-6393-11e8-b7cc-42010a800002",
+        "CREATE",
+        "/v1/pods",
+        "team-a",
+        "p",
+    )
     assert r.user == UserInfo("alice", ("team", "system:authenticated"))
     assert r.is_pod and r.old_object is None and r.object is not None
     status = review(pod(), sub_resource="status", operation="UPDATE", old=pod())
@@ -27,15 +32,22 @@ def test_decodes_what_the_api_server_sends() -> None:
 def test_the_answer_echoes_version_and_uid(version: str) -> None:
     r = review(pod(), api_version=version, uid="u-1")
     doc = json.loads(encode_response(r))
-    assert doc == {"apiVersion": version, "kind": "AdmissionReview",
-                   "response": {"uid": "u-1", "allowed": True}}  # fmt: skip
+    assert doc == {
+        "apiVersion": version,
+        "kind": "AdmissionReview",
+        "response": {"uid": "u-1", "allowed": True},
+    }
 
 
 def test_a_refusal_carries_code_reason_and_message() -> None:
     resp = response(encode_response(review(pod()), allowed=False, code=403, message="no"))
     assert resp["allowed"] is False
-    assert resp["status"] == {"status": "Failure", "code": 403, "reason": "Forbidden",
-                              "message": "no"}  # fmt: skip
+    assert resp["status"] == {
+        "status": "Failure",
+        "code": 403,
+        "reason": "Forbidden",
+        "message": "no",
+    }
     assert "patch" not in resp
 
 
@@ -73,8 +85,22 @@ def _doc(**changes: object) -> bytes:
         (_doc(request_object="pod"), "request.object: expected an object, got str"),
         (_doc(request_operation=["CREATE"]), "request.operation: expected a string"),
     ],
-    ids=["empty", "garbage", "not-utf8", "deep", "list", "kind", "version", "no-request",
-         "request-list", "no-uid", "uid-int", "groups", "object", "operation"],  # fmt: skip
+    ids=[
+        "empty",
+        "garbage",
+        "not-utf8",
+        "deep",
+        "list",
+        "kind",
+        "version",
+        "no-request",
+        "request-list",
+        "no-uid",
+        "uid-int",
+        "groups",
+        "object",
+        "operation",
+    ],
 )
 def test_malformed_bodies_are_one_line(body: bytes, message: str) -> None:
     with pytest.raises(ReviewError) as err:
