@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from apis.core import DecodeError, decode_pod
+from apis.core import DecodeError, Pod, decode_pod
 from apis.gang import GangSpecError, gang_of
 from apis.gpushare import RESOURCE_GPU_COUNT, RESOURCE_GPU_MEM
 from apis.quantity import Quantity, QuantityError
@@ -75,10 +75,10 @@ def _amounts(container: Mapping[str, Any], where: str) -> str | None:
     return None
 
 
-def _request_problem(pod: Mapping[str, Any], policy: WebhookPolicy) -> str | None:
+def _request_problem(pod: Mapping[str, Any], decoded: Pod, policy: WebhookPolicy) -> str | None:
     """The scheduler's own verdict, placed on the container that causes it."""
     try:
-        parse_request(decode_pod(pod), policy.gpushare_unit)
+        parse_request(decoded, policy.gpushare_unit)
     except RequestError as err:
         message = err.message
     else:
@@ -117,7 +117,7 @@ def pod_problem(pod: Mapping[str, Any], policy: WebhookPolicy) -> str | None:
                 return problem
     try:
         decoded = decode_pod(pod)
-        problem = _request_problem(pod, policy)
+        problem = _request_problem(pod, decoded, policy)
         if problem is not None:
             return problem
         gang_of(decoded)
