@@ -26,8 +26,8 @@ from typing import BinaryIO, Final
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
-from prometheus_client.exposition import generate_latest
 
+from scheduler.observability.metrics import plain_exposition
 from scheduler.webhook.guard import guard_problem
 from scheduler.webhook.mutate import mutate
 from scheduler.webhook.policy import WebhookPolicy
@@ -69,7 +69,7 @@ class WebhookMetrics:
         self._latency.labels(webhook, operation, verdict).observe(seconds)
 
     def write(self, out: BinaryIO) -> None:
-        out.write(generate_latest(self.registry))
+        out.write(plain_exposition(self.registry))
 
 
 class AdmissionRoutes:

@@ -144,6 +144,7 @@ def test_metrics_count_by_webhook_operation_and_verdict(
         'webhook="mutate"} 1.0',
     ]:
         assert series in text, series
+    assert "_created" not in text  # as every other component exposes its metrics
 
 
 def test_concurrent_reviews_all_answer(
