@@ -12,6 +12,7 @@ import ssl
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -104,7 +105,7 @@ def test_koord_webhook_is_the_webhook_command(tmp_path: Path) -> None:
     assert base64.b64decode(out.getvalue().strip()) == (tmp_path / "ca.crt").read_bytes()
 
 
-def test_serve_answers_and_stops_gracefully_on_sigterm(tmp_path: Path) -> None:
+def _serve(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[bytes], int, Path]:
     assert _run(["webhook", "certs", "--out", str(tmp_path), "--host", "127.0.0.1"])[0] == 0
     log = tmp_path / "log"
     with open(log, "wb") as sink:
@@ -121,27 +122,44 @@ def test_serve_answers_and_stops_gracefully_on_sigterm(tmp_path: Path) -> None:
                 "127.0.0.1",
                 f"--tls-cert-file={tmp_path / 'tls.crt'}",
                 f"--tls-private-key-file={tmp_path / 'tls.key'}",
-                "--shutdown-grace",
-                "2s",
+                *extra,
             ],
             cwd=ROOT,
             stdout=sink,
             stderr=subprocess.STDOUT,
         )
+    port = 0
+    deadline = time.monotonic() + 30
+    while not port and time.monotonic() < deadline and proc.poll() is None:
+        for line in log.read_text().splitlines():
+            doc = json.loads(line) if line.startswith("{") else {}
+            if doc.get("event") == "webhook serving":
+                port = int(doc["port"])
+        time.sleep(0.1)
+    assert port, log.read_text()
+    return proc, port, log
+
+
+def _get(port: int, ca: Path, path: str) -> int:
+    ctx = ssl.create_default_context(cafile=str(ca))
     try:
-        port = 0
-        deadline = time.monotonic() + 30
-        while not port and time.monotonic() < deadline and proc.poll() is None:
-            for line in log.read_text().splitlines():
-                doc = json.loads(line) if line.startswith("{") else {}
-                if doc.get("event") == "webhook serving":
-                    port = int(doc["port"])
-            time.sleep(0.1)
-        assert port, log.read_text()
-        ctx = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
-        with urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", context=ctx) as r:
-            assert r.status == 200
+        with urllib.request.urlopen(f"https://127.0.0.1:{port}{path}", context=ctx) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def test_serve_answers_and_stops_gracefully_on_sigterm(tmp_path: Path) -> None:
+    proc, port, log = _serve(tmp_path, "--shutdown-grace", "2s", "--shutdown-delay", "2s")
+    try:
+        assert _get(port, tmp_path / "ca.crt", "/readyz") == 200
         proc.send_signal(signal.SIGTERM)
+        # During the delay: not ready (endpoints drop it), but still answering reviews.
+        deadline = time.monotonic() + 10
+        while _get(port, tmp_path / "ca.crt", "/readyz") != 503:
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        assert _get(port, tmp_path / "ca.crt", "/healthz") == 200
         assert proc.wait(15) == 0
     finally:
         if proc.poll() is None:
