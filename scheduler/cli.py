@@ -25,9 +25,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from apis.duration import DurationError, parse_go_duration_seconds
 from apis.logflags import log_level, verbosity
 from scheduler.commands.common import UserError
+from scheduler.commands.common import bool_flag as _bool
+from scheduler.commands.common import duration_flag as _duration
 from scheduler.commands.explain import cmd_explain
 from scheduler.commands.extender import cmd_extender
 from scheduler.commands.inspect import cmd_inspect
@@ -74,25 +75,6 @@ def _kube_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig file")
     parser.add_argument("--master", metavar="URL", help="API server address (overrides)")
     parser.add_argument("--context", metavar="NAME", help="kubeconfig context")
-
-
-def _bool(text: str) -> bool:
-    value = text.strip().lower()
-    if value in ("true", "1", "yes"):
-        return True
-    if value in ("false", "0", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-
-
-def _duration(text: str) -> float:
-    """A Go duration (``15s``, ``500ms``, ``1m30s``) in seconds, as kube's duration flags."""
-    try:
-        return parse_go_duration_seconds(text)
-    except DurationError:
-        raise argparse.ArgumentTypeError(
-            f"invalid duration {text!r} (examples: 15s, 500ms, 1m30s)"
-        ) from None
 
 
 def _verbosity(text: str) -> int:

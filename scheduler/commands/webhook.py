@@ -24,8 +24,9 @@ from typing import Any
 
 import structlog
 
-from apis.duration import DurationError, parse_go_duration_seconds
 from scheduler.commands.common import UserError
+from scheduler.commands.common import bool_flag as _bool
+from scheduler.commands.common import duration_flag as _duration
 
 __all__ = ["add_webhook_parser"]
 
@@ -33,26 +34,8 @@ DEFAULT_MAX_REQUEST_BYTES = 3 << 20
 """An AdmissionReview carries the object and the old object, each at most ~1.5 MiB (etcd)."""
 
 
-def _duration(text: str) -> float:
-    try:
-        return parse_go_duration_seconds(text)
-    except DurationError:
-        raise argparse.ArgumentTypeError(
-            f"invalid duration {text!r} (examples: 15s, 500ms, 1m30s)"
-        ) from None
-
-
 def _names(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
-
-
-def _bool(text: str) -> bool:
-    value = text.strip().lower()
-    if value in ("true", "1", "yes"):
-        return True
-    if value in ("false", "0", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
 def add_webhook_parser(sub: Any, log_flags: Any) -> None:
