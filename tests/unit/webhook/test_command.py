@@ -168,3 +168,41 @@ def test_serve_answers_and_stops_gracefully_on_sigterm(tmp_path: Path) -> None:
     events = [json.loads(ln)["event"] for ln in log.read_text().splitlines() if ln.startswith("{")]
     assert events[-2:] == ["stopping", "stopped"], events
     assert "Traceback" not in log.read_text()
+
+
+def test_a_port_in_use_is_one_line(tmp_path: Path) -> None:
+    import socket
+
+    assert _run(["webhook", "certs", "--out", str(tmp_path)])[0] == 0
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, _, err = _run(
+            [
+                "webhook",
+                "serve",
+                "--bind-address",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                f"--tls-cert-file={tmp_path / 'tls.crt'}",
+                f"--tls-private-key-file={tmp_path / 'tls.key'}",
+            ]
+        )
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith(f"koord-scheduler: error: cannot listen on 127.0.0.1:{port}: ")
+
+
+def test_a_key_that_does_not_match_is_one_line(tmp_path: Path) -> None:
+    for d in ("a", "b"):
+        assert _run(["webhook", "certs", "--out", str(tmp_path / d)])[0] == 0
+    code, _, err = _run(
+        [
+            "webhook",
+            "serve",
+            f"--tls-cert-file={tmp_path / 'a' / 'tls.crt'}",
+            f"--tls-private-key-file={tmp_path / 'b' / 'tls.key'}",
+        ]
+    )
+    assert code == 2 and err.count("\n") == 1 and "--tls-private-key-file" in err, err
