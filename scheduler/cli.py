@@ -8,6 +8,8 @@ Subcommands:
   extender        answer the default kube-scheduler's extender verbs with the same core.
   inspect [NODE]  the per-node, per-GPU allocation table of a live cluster (or of files).
   explain NS/POD  why a pending pod does not fit: per node, per card, after preemption.
+  webhook         the admission webhook (serve) and its certificates (certs); also
+                  installed as ``koord-webhook``.
 
 The Kubernetes adapter (and the ``kubernetes`` client behind it) is imported only inside the
 commands that read a cluster, so ``simulate`` starts fast and works without it.
@@ -23,14 +25,16 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from apis.duration import DurationError, parse_go_duration_seconds
 from apis.logflags import log_level, verbosity
 from scheduler.commands.common import UserError
+from scheduler.commands.common import bool_flag as _bool
+from scheduler.commands.common import duration_flag as _duration
 from scheduler.commands.explain import cmd_explain
 from scheduler.commands.extender import cmd_extender
 from scheduler.commands.inspect import cmd_inspect
 from scheduler.commands.run import cmd_run
 from scheduler.commands.simulate import cmd_simulate
+from scheduler.commands.webhook import add_webhook_parser
 from scheduler.observability import logs
 from scheduler.simulator.replay_cli import add_trace_arguments
 
@@ -71,25 +75,6 @@ def _kube_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig file")
     parser.add_argument("--master", metavar="URL", help="API server address (overrides)")
     parser.add_argument("--context", metavar="NAME", help="kubeconfig context")
-
-
-def _bool(text: str) -> bool:
-    value = text.strip().lower()
-    if value in ("true", "1", "yes"):
-        return True
-    if value in ("false", "0", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-
-
-def _duration(text: str) -> float:
-    """A Go duration (``15s``, ``500ms``, ``1m30s``) in seconds, as kube's duration flags."""
-    try:
-        return parse_go_duration_seconds(text)
-    except DurationError:
-        raise argparse.ArgumentTypeError(
-            f"invalid duration {text!r} (examples: 15s, 500ms, 1m30s)"
-        ) from None
 
 
 def _verbosity(text: str) -> int:
@@ -273,6 +258,11 @@ def _serve_flags(run: argparse.ArgumentParser) -> None:
         metavar="ID",
         help="leader election identity (default: $POD_NAME or hostname + uuid)",
     )
+    _log_flags(run)
+
+
+def _log_flags(run: argparse.ArgumentParser) -> None:
+    """The log flags of the serving commands (``run``, ``extender``, ``webhook serve``)."""
     run.add_argument(
         "--log-format", choices=logs.FORMATS, default="json", help="json lines (default) or console"
     )
@@ -396,6 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_extender(sub)
     _add_inspect(sub)
     _add_explain(sub)
+    add_webhook_parser(sub, _log_flags)
     _add_version(parser, sub)
     return parser
 
@@ -412,7 +403,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-        if args.command in ("run", "extender"):
+        if args.command in ("run", "extender") or getattr(args, "serving_logs", False):
             logs.configure(args.log_format, log_level_of(args))
         else:  # stdout is the command's output: logs go to stderr, warnings and up only
             logs.configure("console", "warning", stdlib=False)
@@ -425,6 +416,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     return code
+
+
+def webhook_main(argv: Sequence[str] | None = None) -> int:
+    """``koord-webhook ARGS`` is ``koord-scheduler webhook ARGS``."""
+    return main(["webhook", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

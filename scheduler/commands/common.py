@@ -1,16 +1,37 @@
-"""What every command shares: the one-line user error, the configuration loader, and the
-read of a live cluster's objects (``inspect`` and ``explain``)."""
+"""What every command shares: the one-line user error, the configuration loader, the flag
+value parsers (booleans, Go durations), and the read of a live cluster's objects (``inspect``
+and ``explain``)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
+from apis.duration import DurationError, parse_go_duration_seconds
 from scheduler.config import ConfigError, SchedulerConfiguration, default_config, load_config
 
 
 class UserError(Exception):
     """Reported as one line on stderr with exit code 2."""
+
+
+def bool_flag(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("true", "1", "yes"):
+        return True
+    if value in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def duration_flag(text: str) -> float:
+    """A Go duration (``15s``, ``500ms``, ``1m30s``) in seconds, as kube's duration flags."""
+    try:
+        return parse_go_duration_seconds(text)
+    except DurationError:
+        raise argparse.ArgumentTypeError(
+            f"invalid duration {text!r} (examples: 15s, 500ms, 1m30s)"
+        ) from None
 
 
 def load_config_or_fail(path: str | None) -> SchedulerConfiguration:

@@ -16,6 +16,11 @@ unknown pod), 500 with one line if it raises. ``/debug/memory`` lists the alloca
 holding the most memory when the process runs with
 ``PYTHONTRACEMALLOC=1``, and says how to turn tracing on otherwise (404).
 
+POST routes (``post``: path -> handler of the body, e.g. the admission webhook's reviews): the
+body needs a ``Content-Length`` (411 otherwise) of at most ``max_body`` bytes (413 otherwise,
+and the connection is closed without reading it); a handler that raises is one 500 line.
+The listen backlog is ``BACKLOG``: many clients connecting at once are queued, not reset.
+
 The secure port (kube-scheduler's 10259): given ``tls``, every accepted connection is wrapped
 in TLS, its handshake done in the connection's own thread (``HANDSHAKE_TIMEOUT``), so a client
 that never speaks stalls nobody. Given ``access`` (``Access``: delegated authentication and
@@ -39,7 +44,7 @@ import socket
 import ssl
 import threading
 import tracemalloc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -59,6 +64,12 @@ PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 METRICS_CHUNK = 1 << 16
 MetricsWriter = Callable[[BinaryIO], None]
 """Writes the whole exposition to the stream it is given."""
+PostHandler = Callable[[bytes], tuple[int, bytes, str]]
+"""A POST route: the request body -> (status code, body, content type)."""
+DEFAULT_MAX_BODY = 1 << 20
+DISCARD_FACTOR = 8
+"""An oversized body up to this many times the limit is read and dropped before the 413."""
+BACKLOG = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,8 +174,12 @@ class HealthServer:
         explain: Callable[[str, str, str], tuple[int, bytes]] | None = None,
         tls: ssl.SSLContext | None = None,
         access: Access | None = None,
+        post: Mapping[str, PostHandler] | None = None,
+        max_body: int = DEFAULT_MAX_BODY,
     ) -> None:
         self.live = list(live)
+        self._post = dict(post or {})
+        self._max_body = max_body
         self._access = access
         self.ready = list(ready)
         self._metrics = metrics
@@ -177,16 +192,18 @@ class HealthServer:
             def do_GET(self) -> None:
                 server._serve(self)
 
+            def do_POST(self) -> None:
+                server._serve_post(self)
+
             def log_message(self, format: str, *args: object) -> None:
                 pass
 
         if tls is not None:
             Handler.timeout = TLS_IDLE_TIMEOUT
-            self._httpd: ThreadingHTTPServer = _TLSServer((host, port), Handler, tls)
+            self._httpd: _Server = _TLSServer((host, port), Handler, tls)
         else:
-            self._httpd = ThreadingHTTPServer((host, port), Handler)
+            self._httpd = _Server((host, port), Handler)
         self.tls = tls is not None
-        self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 
     @property
@@ -232,6 +249,60 @@ class HealthServer:
             self._stream_metrics(req, self._metrics)
         else:
             self._reply(req, 404, b"404 page not found\n", "text/plain")
+
+    def _serve_post(self, req: BaseHTTPRequestHandler) -> None:
+        path = urlsplit(req.path).path.rstrip("/") or "/"
+        if self._access is not None and not self._admit(req, self._access, path):
+            return
+        handler = self._post.get(path)
+        if handler is None:
+            req.close_connection = True  # its body was not read
+            self._reply(req, 404, f"no POST route {path}\n".encode(), "text/plain")
+            return
+        body = self._read_body(req)
+        if body is None:
+            return
+        try:
+            code, out, ctype = handler(body)
+        except Exception as exc:  # never take the server down for one request
+            log.error("request failed", path=path, error=f"{type(exc).__name__}: {exc}")
+            code, out, ctype = 500, f"{type(exc).__name__}: {exc}\n".encode(), "text/plain"
+        self._reply(req, code, out, ctype)
+
+    def _read_body(self, req: BaseHTTPRequestHandler) -> bytes | None:
+        """The request's body, or None after answering why it is refused."""
+        raw = req.headers.get("Content-Length")
+        if raw is None or req.headers.get("Transfer-Encoding"):
+            req.close_connection = True
+            self._reply(req, 411, b"a Content-Length is required\n", "text/plain")
+            return None
+        try:
+            length = int(raw)
+        except ValueError:
+            length = -1
+        if length < 0:
+            req.close_connection = True
+            self._reply(req, 400, b"bad Content-Length\n", "text/plain")
+            return None
+        if length > self._max_body:
+            # Read (and drop) a body up to a bound, so a client that sends it all before
+            # reading sees the 413 rather than a reset; the connection ends either way.
+            req.close_connection = True
+            if length <= DISCARD_FACTOR * self._max_body:
+                left = length
+                while left > 0:
+                    chunk = req.rfile.read(min(left, 1 << 16))
+                    if not chunk:
+                        return None
+                    left -= len(chunk)
+            body = f"request body of {length} bytes is over the limit of {self._max_body}\n"
+            self._reply(req, 413, body.encode(), "text/plain")
+            return None
+        data = req.rfile.read(length)
+        if len(data) < length:  # the client went away mid-body
+            req.close_connection = True
+            return None
+        return data
 
     def _admit(self, req: BaseHTTPRequestHandler, access: Access, path: str) -> bool:
         """Authenticate and authorize ``req`` for ``path``; answers the refusal itself."""
@@ -315,7 +386,15 @@ class HealthServer:
         req.wfile.write(body)
 
 
-class _TLSServer(ThreadingHTTPServer):
+class _Server(ThreadingHTTPServer):
+    """One daemon thread per connection; a deep listen backlog (the default of 5 resets
+    connections when many clients connect at once, as an API server's webhook calls do)."""
+
+    daemon_threads = True
+    request_queue_size = BACKLOG
+
+
+class _TLSServer(_Server):
     """TLS on every accepted socket; the handshake runs in the connection's thread."""
 
     def __init__(

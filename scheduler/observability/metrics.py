@@ -31,6 +31,7 @@ from typing import Any, BinaryIO, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
 from apis.version import python_version, version
@@ -48,6 +49,7 @@ __all__ = [
     "QueueCollector",
     "SchedulerMetrics",
     "exponential_buckets",
+    "plain_exposition",
 ]
 
 
@@ -327,6 +329,11 @@ class _LeaderCollector(Collector):
 
     def describe(self) -> Iterable[Metric]:
         return []
+
+
+def plain_exposition(registry: CollectorRegistry) -> bytes:
+    """``generate_latest`` of any registry without ``*_created`` samples (the webhook's)."""
+    return generate_latest(_WithoutCreated(registry))
 
 
 class _WithoutCreated:

@@ -40,6 +40,7 @@ ENTRY_POINTS = [
     "config/overlays/scheduler-only",
     "config/overlays/agent",
     "config/overlays/extender",
+    "config/overlays/webhook",
 ]
 REAL_KINDS = {
     "CustomResourceDefinition",
@@ -55,6 +56,15 @@ EXPECTED = {
     "config/overlays/scheduler-only": {"Deployment", "ConfigMap", *REAL_KINDS},
     "config/overlays/agent": {"DaemonSet", *REAL_KINDS - {"Role", "RoleBinding"}},
     "config/overlays/extender": {"Deployment", "ConfigMap", "Service", *REAL_KINDS},
+    "config/overlays/webhook": {
+        "Deployment",
+        "DaemonSet",
+        "ConfigMap",
+        "Service",
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+        *REAL_KINDS,
+    },
 }
 
 
