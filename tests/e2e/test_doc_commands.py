@@ -68,6 +68,7 @@ IMAGE = "needs root, apt (debootstrap, podman), Debian's mirror and PyPI; tests/
 REGISTRY = "needs the built image and a registry of the reader's (REGISTRY)"
 CHAOS = "the chaos tier (its own API servers, fault proxies, a fault schedule of minutes); never beside another run"
 B3_FULL = "replays the full openb trace once per seed and profile (60 replays, each ~9 s at --jobs 2 on 2 cores); B3 in docs/benchmarks.md"
+WEBHOOK = "registers fail-closed admission webhooks for a webhook Deployment that cannot start here (no kubelet, no controller-manager), after which every pod write of the other commands would be refused; tests/e2e/test_webhook.py registers exactly these configurations against a running webhook"
 B3_VAR = "sets $T for the B3 runs of its block, which cannot run here"
 
 # fmt: off
@@ -117,6 +118,14 @@ RUN: dict[tuple[str, str], Run] = {
     ("docs/operations.md", "koord-scheduler explain ml/train-7 --file scenario.yaml --file result.yaml"): Run(
         expect=("ml/train-7",)
     ),
+    ("docs/operations.md", "koord-scheduler webhook certs --service koord-webhook --namespace koordinator-system --out certs/ > ca-bundle.txt"): Run(),
+    ("docs/operations.md", "kubectl create namespace koordinator-system --dry-run=client -o yaml | kubectl apply -f -"): Run(),
+    ("docs/operations.md", "kubectl -n koordinator-system create secret tls koord-webhook-tls --cert=certs/tls.crt --key=certs/tls.key"): Run(
+        expect=("secret/koord-webhook-tls created",)
+    ),
+    ("docs/operations.md", "kubectl label namespace kube-system koordinator.sh/webhook=disabled"): Run(
+        expect=("namespace/kube-system labeled",)
+    ),
     ("docs/preemption.md", "koord-scheduler simulate config/examples/demo-preemption.yaml"): Run(
         documented_output=True
     ),
@@ -144,6 +153,9 @@ CANNOT_RUN: dict[tuple[str, str], str] = {
     ("docs/failure-model.md", "CHAOS_FAULTS=recreate_inflight,stall_watches .venv/bin/pytest tests/e2e/chaos"): CHAOS,
     ("docs/failure-model.md", "make chaos-soak N=50"): CHAOS + "; 50 runs of it, hours",
     ("docs/failure-model.md", "make chaos-soak SEEDS=371751008,1397707095"): CHAOS + "; twice",
+    ("docs/operations.md", "kubectl apply -k config/overlays/webhook"): WEBHOOK,
+    ("docs/operations.md", 'kubectl kustomize config/overlays/webhook | sed s|caBundle: ""|caBundle: $(cat ca-bundle.txt)| | kubectl apply -f -'): WEBHOOK,
+    ("docs/operations.md", "kubectl -n koordinator-system rollout status deploy/koord-webhook"): "waits for the webhook Deployment's pods, which need a kubelet and a controller-manager; this tier has neither",
     ("docs/operations.md", "make image"): IMAGE,
     ("docs/operations.md", "podman push koord-py:0.1.0 REGISTRY/koord-py:0.1.0"): REGISTRY,
 }
