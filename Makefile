@@ -11,7 +11,7 @@ all: test
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,dev,trace,bound]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,dev,trace,bound,dask]'
 	@touch $(STAMP)
 
 ## demo: schedule the demo cluster in the embedded simulator and print the placement table,
