@@ -2,10 +2,10 @@
 
 Role: the only module importing Dask (``distributed``, the optional ``dask`` extra). It
 connects a client to a scheduler the user started (``dask scheduler`` / ``dask worker``, or a
-``LocalCluster``), ships each trace's parsed rows once per worker (``scatter`` with
-``broadcast``: about 0.3 MB and 70 ms to unpickle per openb trace against 8-25 s per replay,
-and no shared filesystem needed — docs/benchmarks.md), submits one task per replay and
-collects the records as they finish.
+``LocalCluster``), ships each trace's parsed rows in the task graph, once per worker (about
+0.3 MB and 70 ms to unpickle per openb trace against 8-25 s per replay, and no shared
+filesystem needed — docs/benchmarks.md), submits one task per replay and collects the records
+as they finish.
 
 Invariants:
 
@@ -58,10 +58,11 @@ class DaskExecutor:
             return []
         client = self._connect()
         futures: list[Future[RunRecord]] = []
+        rows: dict[str, Future[Any]] = {}
         try:
             self._describe(client, len(jobs))
-            rows = self._ship(client, jobs)
             token = uuid.uuid4().hex[:12]
+            rows = self._ship(client, jobs, token)
             for i, job in enumerate(jobs):
                 futures.append(
                     client.submit(
@@ -77,14 +78,14 @@ class DaskExecutor:
             index = {f.key: i for i, f in enumerate(futures)}
             records: list[RunRecord | None] = [None] * len(jobs)
             done(0, len(jobs))
-            for finished, future in enumerate(as_completed(futures), 1):
+            for finished, future in enumerate(as_completed(futures, loop=client.loop), 1):
                 i = index[future.key]
                 records[i] = self._result(future, jobs[i])
                 done(finished, len(jobs))
             return [r for r in records if r is not None]
         except BaseException:  # a failed replay, Ctrl-C: nothing may keep running for us
-            if futures:
-                client.cancel(futures, force=True)
+            if futures or rows:
+                client.cancel([*futures, *rows.values()], force=True)
             raise
         finally:
             client.close()
@@ -124,19 +125,22 @@ class DaskExecutor:
             )
 
     @staticmethod
-    def _ship(client: Client, jobs: Sequence[ReplayJob]) -> dict[str, Future[Any]]:
-        """Each trace file's rows, scattered once to every worker (read here, so a bad path
-        is reported once, before any task)."""
+    def _ship(client: Client, jobs: Sequence[ReplayJob], token: str) -> dict[str, Future[Any]]:
+        """Each trace file's rows as the result of a task (read here, so a bad path is
+        reported once, before any task). Not ``scatter``: scattered data lives only on the
+        workers that hold it — Dask's memory manager drops the extra replicas of a broadcast —
+        and dies with them; a task's result is recomputed from the graph when lost. Each
+        worker fetches the rows once, when its first replay of that trace needs them."""
         rows: dict[str, Any] = {}
         for job in jobs:
             if job.nodes_path not in rows:
                 rows[job.nodes_path] = read_trace_nodes(job.nodes_path)
             if job.pods_path not in rows:
                 rows[job.pods_path] = read_trace_pods(job.pods_path)
-        paths = list(rows)
-        # a list scatters element-wise: one future per trace file
-        futures = client.scatter([rows[p] for p in paths], broadcast=True, hash=False)
-        return dict(zip(paths, futures, strict=True))
+        return {
+            path: client.submit(_rows, value, key=f"koord-trace-{token}-{i:03d}", pure=False)
+            for i, (path, value) in enumerate(rows.items())
+        }
 
     def _result(self, future: Future[RunRecord], job: ReplayJob) -> RunRecord:
         try:
@@ -159,6 +163,11 @@ class DaskExecutor:
                 f"{type(exc).__name__}: {_first_line(exc)}"
             ) from None
         return record
+
+
+def _rows(value: Any) -> Any:
+    """A task whose result is its argument: the trace rows as recomputable task output."""
+    return value
 
 
 def _first_line(value: object) -> str:

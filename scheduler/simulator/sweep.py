@@ -17,7 +17,8 @@ results table. The format::
 
 Each variant runs every profile that enables or configures each plugin it names, with those
 args merged (mappings key by key, anything else replaced) into the profile's ``pluginConfig``;
-its results are labelled ``<profile>+<variant>``. The profiles themselves always run too.
+its results are labelled ``<profile>+<variant>`` and follow the profile's own, which always
+runs too.
 
 Invariants: the whole file is checked before any replay: an unknown field, a wrong type, a
 missing file, a variant that no profile can take or args a plugin rejects is one
@@ -136,10 +137,11 @@ def load_sweep(
     expected = f.path(data["expected"], "expected") if "expected" in data else None
     policies = read_policies(names, registry, default_plugins, what=f"{path}: profiles")
     variants = _variants(f, data.get("variants", {}), policies, registry, default_plugins)
+    ordered = [v for p in policies for v in (p, *variants.get(p.name, ()))]
     return build_plan(
         nodes,
         traces,
-        [*policies, *variants],
+        ordered,
         seeds,
         float(inflate),
         target == "learned",
@@ -172,12 +174,13 @@ def _variants(
     policies: list[Policy],
     registry: Mapping[str, PluginFactory],
     default_plugins: Plugins | None,
-) -> list[Policy]:
+) -> dict[str, list[Policy]]:
+    """Profile name -> its variants, in the file's order."""
     if raw is None:
-        return []
+        return {}
     if not isinstance(raw, dict):
         f.fail("variants", f"expected a mapping of name -> plugin -> args, got {_show(raw)}")
-    out: list[Policy] = []
+    out: dict[str, list[Policy]] = {}
     for name, plugins in raw.items():
         field = f"variants.{name}"
         if not isinstance(name, str) or not _NAME.fullmatch(name):
@@ -198,7 +201,7 @@ def _variants(
                 _merge_args(data, plugin, plugins[plugin])
             doc = PolicyDoc(f"{f.source}: {field} on {policy.name}", data)
             check_policy(doc, registry, default_plugins)
-            out.append(Policy(f"{policy.name}+{name}", doc))
+            out.setdefault(policy.name, []).append(Policy(f"{policy.name}+{name}", doc))
     return out
 
 
