@@ -145,3 +145,14 @@ def test_sweep_and_matrix_flags_do_not_mix(
 def test_unreadable_sweep_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--sweep", str(tmp_path / "absent.yaml"), "--out", str(tmp_path)]) == 2
     assert "cannot read the file: No such file or directory" in capsys.readouterr().err
+
+
+def test_the_shipped_b3_sweep_is_the_held_out_matrix() -> None:
+    root = Path(__file__).resolve().parents[3]
+    path = root / "config" / "examples" / "sweep-b3-held-out.yaml"
+    if not (root.parent / "shared" / "traces" / "alibaba-openb").is_dir():
+        pytest.skip("the openb trace is not beside this checkout")
+    plan = load_sweep(str(path), in_tree_registry(), default_plugins())
+    assert len(plan.jobs) == 6 * 8 * 10
+    assert plan.seeds == tuple(range(52, 62)) and plan.inflate == 1.3
+    assert plan.expected is not None and Path(plan.expected).is_dir()
