@@ -3,9 +3,9 @@
 Role: the only module importing Dask (``distributed``, the optional ``dask`` extra). It
 connects a client to a scheduler the user started (``dask scheduler`` / ``dask worker``, or a
 ``LocalCluster``), ships each trace's parsed rows in the task graph, once per worker (about
-0.3 MB and 70 ms to unpickle per openb trace against 8-25 s per replay, and no shared
-filesystem needed — docs/benchmarks.md), submits one task per replay and collects the records
-as they finish.
+0.3 MB and 70 ms to unpickle per openb trace, under 1% of a replay, and no shared filesystem
+needed — docs/benchmarks.md), submits one task per replay and collects the records as they
+finish.
 
 Invariants:
 
@@ -116,7 +116,8 @@ class DaskExecutor:
         workers = client.scheduler_info()["workers"].values()
         threads = sum(int(w.get("nthreads", 1)) for w in workers)
         self.info(
-            f"{replays} replays on {self.label}: {len(workers)} workers, {threads} threads"
+            f"{_count(replays, 'replay')} on {self.label}: {_count(len(workers), 'worker')}, "
+            f"{_count(threads, 'thread')}"
         )
         if any(int(w.get("nthreads", 1)) > 1 for w in workers):
             self.info(
@@ -168,6 +169,10 @@ class DaskExecutor:
 def _rows(value: Any) -> Any:
     """A task whose result is its argument: the trace rows as recomputable task output."""
     return value
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _first_line(value: object) -> str:
