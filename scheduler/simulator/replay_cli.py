@@ -254,8 +254,6 @@ def _plan(
     if not args.nodes or not args.pods:
         raise ReplayUsageError("trace replay needs both --nodes NODES.csv and --pods PODS.csv")
     inflate = 1.3 if args.inflate is None else args.inflate
-    if inflate < 0:
-        raise ReplayUsageError(f"--inflate: must be >= 0, got {inflate}")
     seeds = parse_seeds(args.seeds or "42")
     names = args.profiles or (args.config if args.config else DEFAULT_PROFILES)
     policies = read_policies(

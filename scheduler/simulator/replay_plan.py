@@ -12,6 +12,7 @@ is trace, then policy, then seed, as given (the CSV and table follow it).
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -122,8 +123,8 @@ def build_plan(
     default_plugins: Plugins | None,
     expected: str | None = None,
 ) -> Plan:
-    if inflate < 0:
-        raise ReplayUsageError(f"--inflate: must be >= 0, got {inflate}")
+    if not (math.isfinite(inflate) and inflate >= 0):  # nan passes `< 0`; inf never ends
+        raise ReplayUsageError(f"--inflate: must be a finite number >= 0, got {inflate}")
     labels = [p.name for p in policies]
     twice = sorted({n for n in labels if labels.count(n) > 1})
     if twice:

@@ -28,6 +28,7 @@ missing file, a variant that no profile can take or args a plugin rejects is one
 from __future__ import annotations
 
 import copy
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -129,8 +130,12 @@ def load_sweep(
              for n in names]  # fmt: skip
     seeds = f.seeds(data.get("seeds", 42))
     inflate = data.get("inflate", 1.3)
-    if isinstance(inflate, bool) or not isinstance(inflate, int | float) or inflate < 0:
-        f.fail("inflate", f"expected a number >= 0, got {_show(inflate)}")
+    if (
+        isinstance(inflate, bool)
+        or not isinstance(inflate, int | float)
+        or not (math.isfinite(inflate) and inflate >= 0)
+    ):
+        f.fail("inflate", f"expected a finite number >= 0, got {_show(inflate)}")
     target = data.get("targetWorkload", "trace")
     if target not in ("trace", "learned"):
         f.fail("targetWorkload", f"expected trace or learned, got {_show(target)}")

@@ -106,8 +106,8 @@ class DaskCluster:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
         for proc in procs:
-            try:
-                proc.wait(timeout=15)
+            try:  # a worker inside a (cancelled) replay finishes it first: do not wait for that
+                proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=15)

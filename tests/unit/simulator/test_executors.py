@@ -95,6 +95,8 @@ def test_local_pool_equals_serial_in_job_order(plan: Plan) -> None:
         pytest.param(["--executor", "garbage"], "--executor 'garbage': expected 'local'", id="ex"),
         pytest.param(["--connect-timeout", "0"], "--connect-timeout: must be > 0", id="timeout"),
         pytest.param(["--jobs", "0"], "--jobs: must be >= 1, got 0", id="jobs"),
+        pytest.param(["--inflate", "nan"], "--inflate: must be a finite number", id="nan"),
+        pytest.param(["--inflate", "inf"], "--inflate: must be a finite number", id="inf"),
         pytest.param(["--profiles", "binpack,binpack"], "policy 'binpack' appears twice", id="2x"),
     ],
 )
