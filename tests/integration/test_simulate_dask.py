@@ -241,7 +241,7 @@ def test_a_worker_killed_mid_sweep_costs_a_rerun_not_a_result(
         names = cluster.worker_names(client)
         address = next(a for a, keys in busy.items() if keys)
         victim = names[address]
-        time.sleep(1.0)  # inside the replay (each takes seconds), not before it
+        time.sleep(0.5)  # inside its first replay (imports + the replay: seconds), not before
         cluster.kill_worker(victim)
         _, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err
