@@ -2,10 +2,10 @@
 
 Role: the only module importing Dask (``distributed``, the optional ``dask`` extra). It
 connects a client to a scheduler the user started (``dask scheduler`` / ``dask worker``, or a
-``LocalCluster``), ships each trace's parsed rows in the task graph, once per worker (about
-0.3 MB and 70 ms to unpickle per openb trace, under 1% of a replay, and no shared filesystem
-needed — docs/benchmarks.md), submits one task per replay and collects the records as they
-finish.
+``LocalCluster``), ships each trace's parsed rows in the task graph (about 0.3 MB and 70 ms
+to unpickle per openb trace, under 1% of a replay even if a worker fetches them for every
+replay, and no shared filesystem needed — docs/benchmarks.md), submits one task per replay
+and collects the records as they finish.
 
 Invariants:
 
@@ -130,8 +130,7 @@ class DaskExecutor:
         """Each trace file's rows as the result of a task (read here, so a bad path is
         reported once, before any task). Not ``scatter``: scattered data lives only on the
         workers that hold it — Dask's memory manager drops the extra replicas of a broadcast —
-        and dies with them; a task's result is recomputed from the graph when lost. Each
-        worker fetches the rows once, when its first replay of that trace needs them."""
+        and dies with them; a task's result is recomputed from the graph when lost."""
         rows: dict[str, Any] = {}
         for job in jobs:
             if job.nodes_path not in rows:
