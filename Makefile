@@ -11,7 +11,7 @@ all: test
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,dev,trace,bound]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,dev,trace,bound,dask]'
 	@touch $(STAMP)
 
 ## demo: schedule the demo cluster in the embedded simulator and print the placement table,
@@ -49,10 +49,12 @@ bench: $(STAMP)
 bench-b2: $(STAMP)
 	$(BIN)/python bench/b2_e2e.py
 
-## bench-b3: benchmark B3, every policy on every openb variant, seeds 42-51 then held-out 52-61 (~2.5 h on 2 cores)
+## bench-b3: benchmark B3, every policy on every openb variant, seeds 42-51 then held-out 52-61 (~2.5 h on 2 cores;
+## B3_EXECUTOR=dask://HOST:PORT runs the replays on a Dask cluster)
 B3_TRACES ?= default,gpushare20,gpushare40,gpushare60,gpushare80,gpushare100
 B3_PROFILES ?= random,dotprod,clustering,packing,bestfit,binpack,fgd,fragmentation
-B3_ARGS = --trace-dir ../shared/traces/alibaba-openb --profiles $(B3_PROFILES) --jobs 2 --bound
+B3_EXECUTOR ?= local
+B3_ARGS = --trace-dir ../shared/traces/alibaba-openb --profiles $(B3_PROFILES) --jobs 2 --bound --executor $(B3_EXECUTOR)
 bench-b3: $(STAMP)
 	$(BIN)/python bench/b3_fragmentation.py $(B3_ARGS) --traces $(B3_TRACES) --seeds 42-51 --out b3-results/in-sample
 	$(BIN)/python bench/b3_fragmentation.py $(B3_ARGS) --traces $(B3_TRACES) --seeds 52-61 --out b3-results/held-out

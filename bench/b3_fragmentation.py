@@ -13,6 +13,7 @@ Usage (from the repository root; the trace stays where it is, read by path):
     python bench/b3_fragmentation.py --trace-dir ../shared/traces/alibaba-openb \\
         [--traces default,gpushare40,gpushare60,gpushare80,gpushare100] [--seeds 42-51] \\
         [--profiles random,bestfit,binpack,spread,fgd,fragmentation] [--jobs 2] [--out DIR]
+        [--executor dask://HOST:PORT]   # the replays on a Dask cluster instead of --jobs
     python bench/b3_fragmentation.py --trace-dir ... --models 0,20,40,60,80 [--seeds ...]
     python bench/b3_fragmentation.py --trace-dir ... --profile fragmentation
     python bench/b3_fragmentation.py --trace-dir ... --replot DIR/curves.csv --out PNG_DIR
@@ -52,6 +53,8 @@ def main() -> int:
     parser.add_argument("--seeds", default="42-51")
     parser.add_argument("--profiles", default=DEFAULT_PROFILES)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--executor", default="local",
+                        help="local (--jobs processes) or dask://HOST:PORT (the optional extra)")
     parser.add_argument("--out", default="b3-results")
     parser.add_argument("--profile", metavar="POLICY", help="cProfile one seed of POLICY")
     parser.add_argument("--replot", metavar="CSV", help="only redraw the plots of a curves.csv")
@@ -82,8 +85,10 @@ def main() -> int:
     )
     for trace, nodes, pods in runs:
         argv = ["simulate", "--nodes", nodes, "--pods", pods, "--seeds", args.seeds,
-                "--profiles", args.profiles, "--jobs", str(args.jobs),
+                "--profiles", args.profiles, "--executor", args.executor,
                 "--out", os.path.join(args.out, trace)]  # fmt: skip
+        if args.executor == "local":  # a Dask cluster runs one replay per worker thread
+            argv += ["--jobs", str(args.jobs)]
         if args.bound:
             argv.append("--bound")
         start = time.perf_counter()

@@ -20,7 +20,7 @@ LOAD_PROGRESS_DELAY = 1.0
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    if args.nodes or args.pods:  # trace mode: scheduler/simulator/replay_cli.py
+    if args.nodes or args.pods or args.sweep:  # trace mode: scheduler/simulator/replay_cli.py
         try:
             return run_trace_command(args, in_tree_registry(), default_plugins())
         except ReplayUsageError as exc:

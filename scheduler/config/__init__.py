@@ -6,7 +6,12 @@ are re-exported here, so callers import from ``scheduler.config``. Layering: sta
 and PyYAML only; no plugin is known here.
 """
 
-from scheduler.config.decode import load_config, override_leader_election, parse_config
+from scheduler.config.decode import (
+    load_config,
+    override_leader_election,
+    parse_config,
+    read_config_document,
+)
 from scheduler.config.model import (
     API_VERSION,
     DEFAULT_SCHEDULER_NAME,
@@ -44,4 +49,5 @@ __all__ = [
     "num_feasible_nodes_to_find",
     "override_leader_election",
     "parse_config",
+    "read_config_document",
 ]

@@ -59,6 +59,7 @@ __all__ = [
     "load_config",
     "override_leader_election",
     "parse_config",
+    "read_config_document",
 ]
 
 _INT32_MAX = 2**31 - 1
@@ -105,6 +106,13 @@ _CStrictLoader: type[Any] | None = (
 
 def load_config(path: str | os.PathLike[str]) -> SchedulerConfiguration:
     """Read, parse and validate a YAML configuration file; every failure is a ConfigError."""
+    return parse_config(read_config_document(path), os.fspath(path))
+
+
+def read_config_document(path: str | os.PathLike[str]) -> Any:
+    """The file's YAML document as plain data, not yet validated (``parse_config`` does that);
+    read, encoding and YAML failures are ConfigErrors. Plain data can be pickled, so a replay
+    on another machine parses the same document."""
     source = os.fspath(path)
     try:
         with open(source, encoding="utf-8") as handle:
@@ -125,7 +133,7 @@ def load_config(path: str | os.PathLike[str]) -> SchedulerConfiguration:
         raise ConfigError(source, "", f"invalid YAML: {exc}") from exc
     if data is None:
         raise ConfigError(source, "", "file is empty; expected a KubeSchedulerConfiguration")
-    return parse_config(data, source)
+    return data
 
 
 def parse_config(data: Any, source: str = "<config>") -> SchedulerConfiguration:

@@ -5,53 +5,61 @@ subparser and hands over to ``run_trace_command``). For every trace (``--pods``,
 policy (``--profiles``: names of ``config/profiles/<name>.yaml`` or paths to
 KubeSchedulerConfiguration files) and seed (``--seeds 42-51``) it replays the trace by the FGD
 paper's method (``replay``), then prints the comparison table, writes the curves as CSV
-(``<out>/curves.csv``) and one plot per trace (``<out>/<trace>.png``) with the paper's curves
-from ``fgd_expected_results/`` (``--expected``; by default beside the pods file) beside ours.
+(``<out>/curves.csv``), the table as CSV (``<out>/results.csv``) and one plot per trace
+(``<out>/<trace>.png``) with the paper's curves from ``fgd_expected_results/`` (``--expected``;
+by default beside the pods file) beside ours. ``--sweep FILE`` takes the study's matrix from a
+YAML file instead (``scheduler.simulator.sweep``: scheduler-argument variants too).
 
-Runs are independent: ``--jobs N`` runs them in N processes. A progress bar goes to stderr
-while it runs, unless ``--no-progress`` or stdout is not a terminal.
+Runs are independent: ``--jobs N`` runs them in N processes, ``--executor dask://HOST:PORT``
+on a Dask cluster (``scheduler.simulator.executors``). A progress bar goes to stderr while it
+runs, unless ``--no-progress`` or stdout is not a terminal.
 
-Invariants: user errors raise ``ReplayUsageError`` (one line, no traceback); the same
-arguments always give the same table and files; trace files are only read.
+Invariants: user errors raise ``ReplayUsageError`` (one line, no traceback); every input is
+checked before the first replay; the same arguments always give the same table and files,
+whichever executor ran them; nothing is written unless every replay finished; trace files are
+only read.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import math
 import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from scheduler.config import ConfigError, Plugins, SchedulerConfiguration, load_config
+from scheduler.config import Plugins
 from scheduler.framework.interfaces import PluginFactory
-from scheduler.framework.runtime import FrameworkError
 from scheduler.simulator.bound import BoundUnavailable, arrived_at, gpu_bound
-from scheduler.simulator.replay import (
-    ProgressFn,
-    arrival,
-    capacity_milli,
-    node_order,
-    prepare_config,
-    replay,
-    trace_shapes,
+from scheduler.simulator.executors import make_executor, parse_executor
+from scheduler.simulator.replay import ProgressFn, arrival, capacity_milli
+from scheduler.simulator.replay_job import (
+    ReplayJob,
+    ReplayUsageError,
+    read_trace_nodes,
+    read_trace_pods,
+)
+from scheduler.simulator.replay_plan import (
+    DEFAULT_PROFILES,
+    Plan,
+    build_plan,
+    parse_seeds,
+    read_policies,
+    resolve_profile,
 )
 from scheduler.simulator.replay_report import (
     PaperResults,
     RunRecord,
-    discretize,
     mean_std,
     render_table,
     summarize,
     write_csv,
+    write_summary_csv,
 )
-from scheduler.simulator.trace import TraceError, TraceNode, TracePod, read_nodes, read_pods
+from scheduler.simulator.sweep import load_sweep
 
 __all__ = [
     "ReplayUsageError",
@@ -62,11 +70,16 @@ __all__ = [
 ]
 
 EXPECTED_DIR = "fgd_expected_results"
-DEFAULT_PROFILES = "binpack,spread,fragmentation"
-
-
-class ReplayUsageError(ValueError):
-    """Bad trace-mode arguments or input; ``str()`` is one line."""
+CONNECT_TIMEOUT = 10.0
+MATRIX_FLAGS = {
+    "nodes": "--nodes",
+    "pods": "--pods",
+    "profiles": "--profiles",
+    "seeds": "--seeds",
+    "inflate": "--inflate",
+    "target_workload": "--target-workload",
+}
+"""The flags a sweep file replaces (``--sweep`` with one of them is an error)."""
 
 
 def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,17 +88,23 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--pods", metavar="PODS.csv", action="append", help="openb pod list (repeatable)"
     )
-    g.add_argument("--seeds", default="42", help="seeds, e.g. 42-51 or 42,45 (default 42)")
+    g.add_argument("--seeds", default=None, help="seeds, e.g. 42-51 or 42,45 (default 42)")
     g.add_argument(
         "--inflate",
         type=float,
-        default=1.3,
+        default=None,
         help="arrive pods until this x GPU capacity is requested (default 1.3)",
     )
     g.add_argument(
         "--profiles",
         default=None,
         help=f"policies: names in config/profiles/ or config files (default {DEFAULT_PROFILES})",
+    )
+    g.add_argument(
+        "--sweep",
+        metavar="SWEEP.yaml",
+        help="a study's matrix from a file: traces x profiles x seeds x scheduler-argument "
+        "variants (replaces --nodes, --pods, --profiles, --seeds; docs/benchmarks.md)",
     )
     g.add_argument("--out", default="replay-results", metavar="DIR", help="CSV and plot folder")
     g.add_argument(
@@ -94,11 +113,26 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--target-workload",
         choices=("trace", "learned"),
-        default="trace",
+        default=None,
         help="GPUFragmentation's target workload: the trace's pod shapes (the paper's way, "
         "default) or the profile's own, learned from the pods as they arrive",
     )
+    g.add_argument(
+        "--executor",
+        default="local",
+        metavar="local|dask://HOST:PORT",
+        help="where replays run: this machine (default; --jobs processes) or an existing Dask "
+        "cluster's scheduler (the optional 'dask' extra)",
+    )
     g.add_argument("--jobs", type=int, default=1, help="replays run in parallel (processes)")
+    g.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=CONNECT_TIMEOUT,
+        metavar="S",
+        help="dask: seconds to reach the scheduler and a first worker "
+        f"(default {CONNECT_TIMEOUT:g})",
+    )
     g.add_argument("--no-plot", action="store_true", help="skip the PNG plot")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     g.add_argument(
@@ -107,113 +141,6 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
         help="also print the lower bound on unallocated GPU %% at 100%% arrival that no "
         "placement can beat (needs the optional 'bound' extra, highspy)",
     )
-
-
-def parse_seeds(text: str) -> list[int]:
-    seeds: list[int] = []
-    for part in text.split(","):
-        part = part.strip()
-        try:
-            if "-" in part[1:]:
-                lo, hi = part.split("-", 1) if not part.startswith("-") else ("", "")
-                first, last = int(lo), int(hi)
-                if last < first:
-                    raise ValueError
-                seeds.extend(range(first, last + 1))
-            else:
-                seeds.append(int(part))
-        except ValueError:
-            raise ReplayUsageError(f"--seeds: bad seed or range {part!r} (e.g. 42-51)") from None
-    return list(dict.fromkeys(seeds))
-
-
-def _profile_dirs() -> list[Path]:
-    here = Path(__file__).resolve().parents[2] / "config" / "profiles"
-    return [Path("config") / "profiles", here]
-
-
-def resolve_profile(name: str) -> tuple[str, str]:
-    """(policy name, config path) for a profile name or a config file path."""
-    if name.endswith((".yaml", ".yml")) or os.sep in name:
-        if not os.path.isfile(name):
-            raise ReplayUsageError(f"--profiles: no such file {name!r}")
-        return Path(name).stem, name
-    for d in _profile_dirs():
-        path = d / f"{name}.yaml"
-        if path.is_file():
-            return name, os.fspath(path)
-    known = sorted({p.stem for d in _profile_dirs() if d.is_dir() for p in d.glob("*.yaml")})
-    raise ReplayUsageError(
-        f"--profiles: unknown profile {name!r} (known: {', '.join(known) or 'none found'})"
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class _Job:
-    nodes_path: str
-    pods_path: str
-    trace: str
-    policy: str
-    config_path: str
-    seed: int
-    inflate: float
-    learned: bool
-    registry: Mapping[str, PluginFactory]
-    default_plugins: Plugins | None
-
-
-@functools.lru_cache(maxsize=8)
-def _nodes(path: str) -> tuple[TraceNode, ...]:
-    return tuple(read_nodes(path))
-
-
-@functools.lru_cache(maxsize=8)
-def _pods(path: str) -> tuple[TracePod, ...]:
-    return tuple(read_pods(path))
-
-
-def _config(path: str) -> SchedulerConfiguration:
-    try:
-        config = load_config(path)
-    except ConfigError as exc:
-        raise ReplayUsageError(str(exc)) from None
-    if len(config.profiles) != 1:
-        raise ReplayUsageError(f"{path}: a replay policy needs exactly one profile")
-    return config
-
-
-def _run(job: _Job, progress: ProgressFn | None = None) -> RunRecord:
-    nodes = node_order(_nodes(job.nodes_path), job.seed)
-    pods = _pods(job.pods_path)
-    shapes = trace_shapes(pods)
-    order = arrival(pods, capacity_milli(nodes), job.seed, job.inflate)
-    config = prepare_config(_config(job.config_path), None if job.learned else shapes, job.seed)
-    try:
-        result = replay(
-            nodes,
-            order,
-            config,
-            job.registry,
-            job.default_plugins,
-            shapes,
-            seed=job.seed,
-            progress=progress,
-        )
-    except FrameworkError as exc:
-        raise ReplayUsageError(f"{job.config_path}: {exc}") from None
-    return RunRecord(
-        job.trace,
-        job.policy,
-        job.seed,
-        discretize(result),
-        len(order),
-        result.failed,
-        result.seconds,
-    )
-
-
-def _run_quietly(job: _Job) -> RunRecord:
-    return _run(job)
 
 
 class Progress:
@@ -286,52 +213,96 @@ def run_trace_command(
 ) -> int:
     out = out if out is not None else sys.stdout
     err = err if err is not None else sys.stderr
+    spec = parse_executor(args.executor)
+    if not args.connect_timeout > 0:
+        raise ReplayUsageError(f"--connect-timeout: must be > 0, got {args.connect_timeout}")
+    if args.jobs < 1:
+        raise ReplayUsageError(f"--jobs: must be >= 1, got {args.jobs}")
+    _check_out_dir(args.out)  # before the replay: a long run must not be lost at its end
+    plan = _sweep_plan(args, registry, default_plugins) if args.sweep else _plan(
+        args, registry, default_plugins
+    )
+    progress = Progress(err, not args.no_progress and out.isatty())
+    serial = spec.kind == "local" and args.jobs == 1
+
+    def pod_tick(job: ReplayJob, i: int, n: int) -> ProgressFn:
+        label = f"{job.label} ({i + 1}/{n})"
+        return lambda done, total: progress.draw(label, done, total, force=done == total)
+
+    def replays_done(done: int, total: int) -> None:
+        if not serial:  # the serial loop's bar counts pods instead
+            progress.draw("replays", done, total, force=True)
+
+    def info(line: str) -> None:
+        err.write(line + "\n")
+        err.flush()
+
+    executor = make_executor(spec, args.jobs, args.connect_timeout, pod_tick, info)
+    try:
+        records = executor.run(plan.jobs, replays_done)
+    finally:
+        progress.done()
+    _report(plan, records, args, out, err)
+    return 0
+
+
+def _plan(
+    args: argparse.Namespace,
+    registry: Mapping[str, PluginFactory],
+    default_plugins: Plugins | None,
+) -> Plan:
     if not args.nodes or not args.pods:
         raise ReplayUsageError("trace replay needs both --nodes NODES.csv and --pods PODS.csv")
-    if args.inflate < 0:
-        raise ReplayUsageError(f"--inflate: must be >= 0, got {args.inflate}")
-    _check_out_dir(args.out)  # before the replay: a long run must not be lost at its end
-    seeds = parse_seeds(args.seeds)
+    inflate = 1.3 if args.inflate is None else args.inflate
+    seeds = parse_seeds(args.seeds or "42")
     names = args.profiles or (args.config if args.config else DEFAULT_PROFILES)
-    policies = [resolve_profile(n.strip()) for n in names.split(",") if n.strip()]
-    for _, path in policies:
-        _config(path)
-    try:
-        _nodes(args.nodes)
-        for p in args.pods:
-            _pods(p)
-    except TraceError as exc:
-        raise ReplayUsageError(str(exc)) from None
-    jobs = [
-        _Job(
-            args.nodes,
-            p,
-            Path(p).stem,
-            policy,
-            path,
-            seed,
-            args.inflate,
-            args.target_workload == "learned",
-            registry,
-            default_plugins,
-        )
-        for p in args.pods
-        for policy, path in policies
-        for seed in seeds
-    ]
-    progress = Progress(err, not args.no_progress and out.isatty())
-    records = _execute(jobs, max(1, args.jobs), progress)
-    progress.done()
+    policies = read_policies(
+        [n.strip() for n in names.split(",") if n.strip()], registry, default_plugins
+    )
+    learned = args.target_workload == "learned"
+    return build_plan(
+        args.nodes, args.pods, policies, seeds, inflate, learned, registry, default_plugins
+    )
 
-    expected = args.expected or os.path.join(os.path.dirname(args.pods[0]) or ".", EXPECTED_DIR)
+
+def _sweep_plan(
+    args: argparse.Namespace,
+    registry: Mapping[str, PluginFactory],
+    default_plugins: Plugins | None,
+) -> Plan:
+    given = [flag for key, flag in MATRIX_FLAGS.items() if getattr(args, key) is not None]
+    if getattr(args, "config", None):
+        given.append("--config")
+    if given:
+        raise ReplayUsageError(
+            f"--sweep {args.sweep}: {given[0]} cannot be combined with a sweep file "
+            "(the file names the traces, profiles, seeds and inflation)"
+        )
+    return load_sweep(args.sweep, registry, default_plugins)
+
+
+def _report(
+    plan: Plan, records: Sequence[RunRecord], args: argparse.Namespace, out: TextIO, err: TextIO
+) -> None:
+    expected = (
+        args.expected
+        or plan.expected
+        or os.path.join(os.path.dirname(plan.pods_paths[0]) or ".", EXPECTED_DIR)
+    )
     paper = PaperResults(expected) if os.path.isdir(expected) else None
-    header = {Path(p).stem: _header(args.nodes, p, seeds, args.inflate) for p in args.pods}
-    bounds = _bounds(args, seeds) if args.bound else None
-    out.write(render_table(summarize(records), paper, header, bounds))
+    header = {
+        Path(p).stem: _header(plan.nodes_path, p, plan.seeds, plan.inflate)
+        for p in plan.pods_paths
+    }
+    bounds = _bounds(plan) if args.bound else None
+    summaries = summarize(records)
+    out.write(render_table(summaries, paper, header, bounds))
     os.makedirs(args.out, exist_ok=True)
     csv_path = os.path.join(args.out, "curves.csv")
     write_csv(csv_path, records)
-    written = [csv_path]
+    table_path = os.path.join(args.out, "results.csv")
+    write_summary_csv(table_path, summaries)
+    written = [csv_path, table_path]
     if not args.no_plot:
         from scheduler.simulator.replay_plot import PlotUnavailable, plot_curves
 
@@ -343,18 +314,17 @@ def run_trace_command(
         except PlotUnavailable as exc:
             err.write(f"warning: {exc}\n")
     out.write(f"\nwrote {', '.join(written)}\n")
-    return 0
 
 
-def _bounds(args: argparse.Namespace, seeds: Sequence[int]) -> dict[str, tuple[float, float]]:
-    """Trace -> mean ± std over ``seeds`` of the lower bound (``scheduler.simulator.bound``)."""
-    nodes = _nodes(args.nodes)
+def _bounds(plan: Plan) -> dict[str, tuple[float, float]]:
+    """Trace -> mean ± std over the seeds of the lower bound (``scheduler.simulator.bound``)."""
+    nodes = read_trace_nodes(plan.nodes_path)
     capacity = capacity_milli(nodes)
     out: dict[str, tuple[float, float]] = {}
-    for path in args.pods:
+    for path in plan.pods_paths:
         values = []
-        for seed in seeds:
-            order = [a.pod for a in arrival(_pods(path), capacity, seed, args.inflate)]
+        for seed in plan.seeds:
+            order = [a.pod for a in arrival(read_trace_pods(path), capacity, seed, plan.inflate)]
             arrived = arrived_at(order, capacity)
             if arrived is None:  # the report has no point at 100% for this seed either
                 values.append(math.nan)
@@ -368,34 +338,15 @@ def _bounds(args: argparse.Namespace, seeds: Sequence[int]) -> dict[str, tuple[f
 
 
 def _header(nodes_path: str, pods_path: str, seeds: Sequence[int], inflate: float) -> str:
-    nodes = _nodes(nodes_path)
+    nodes = read_trace_nodes(nodes_path)
     gpus = sum(n.gpus for n in nodes)
     if len(seeds) == 1:
         span = f"seed {seeds[0]}"
-    elif seeds == list(range(seeds[0], seeds[-1] + 1)):
+    elif list(seeds) == list(range(seeds[0], seeds[-1] + 1)):
         span = f"seeds {seeds[0]}-{seeds[-1]}"
     else:
         span = "seeds " + ",".join(map(str, seeds))
     return (
-        f"{len(_pods(pods_path)):,} pods on {len(nodes):,} nodes with {gpus:,} GPUs; "
+        f"{len(read_trace_pods(pods_path)):,} pods on {len(nodes):,} nodes with {gpus:,} GPUs; "
         f"{span}; inflate {inflate:g}"
     )
-
-
-def _execute(jobs: Sequence[_Job], workers: int, progress: Progress) -> list[RunRecord]:
-    records: list[RunRecord] = []
-    if workers == 1:
-        for i, job in enumerate(jobs):
-            label = f"{job.trace} {job.policy} seed {job.seed} ({i + 1}/{len(jobs)})"
-
-            def tick(done: int, total: int, label: str = label) -> None:
-                progress.draw(label, done, total, force=done == total)
-
-            records.append(_run(job, tick))
-        return records
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        progress.draw("replays", 0, len(jobs), force=True)
-        for i, record in enumerate(pool.map(_run_quietly, jobs)):
-            records.append(record)
-            progress.draw("replays", i + 1, len(jobs), force=True)
-    return records

@@ -41,6 +41,7 @@ __all__ = [
     "render_table",
     "summarize",
     "write_csv",
+    "write_summary_csv",
 ]
 
 ARRIVAL_POINTS = 131
@@ -294,6 +295,41 @@ def write_csv(path: str | os.PathLike[str], records: Iterable[RunRecord]) -> Non
                         f"{c.unallocated[x]:.3f}",
                         f"{c.fragmented[x]:.3f}",
                         f"{c.occupied[x]:.1f}",
+                    ]
+                )
+
+
+SUMMARY_COLUMNS = (
+    "trace",
+    "policy",
+    "seeds",
+    "unallocated_gpu_pct_mean",
+    "unallocated_gpu_pct_std",
+    "fragmented_gpu_pct_mean",
+    "fragmented_gpu_pct_std",
+    "occupied_nodes_mean",
+    "occupied_nodes_std",
+    "failed_pods_mean",
+)
+
+
+def write_summary_csv(
+    path: str | os.PathLike[str], summaries: Mapping[str, Mapping[str, Summary]]
+) -> None:
+    """The comparison table as one row per trace and policy (mean and std over seeds at
+    100% arrival). Wall-clock seconds are left out: the file depends on the seeds only."""
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(SUMMARY_COLUMNS)
+        for trace, by_policy in summaries.items():
+            for s in by_policy.values():
+                w.writerow(
+                    [
+                        trace,
+                        s.policy,
+                        s.seeds,
+                        *(f"{v:.3f}" for v in (*s.unallocated, *s.fragmented, *s.occupied)),
+                        f"{s.failed:.1f}",
                     ]
                 )
 
