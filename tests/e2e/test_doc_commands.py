@@ -69,6 +69,7 @@ REGISTRY = "needs the built image and a registry of the reader's (REGISTRY)"
 CHAOS = "the chaos tier (its own API servers, fault proxies, a fault schedule of minutes); never beside another run"
 B3_FULL = "replays the full openb trace once per seed and profile (60 replays, each ~9 s at --jobs 2 on 2 cores); B3 in docs/benchmarks.md"
 WEBHOOK = "registers fail-closed admission webhooks for a webhook Deployment that cannot start here (no kubelet, no controller-manager), after which every pod write of the other commands would be refused; tests/e2e/test_webhook.py registers exactly these configurations against a running webhook"
+DASK = "a Dask cluster across machines, or the B3 replays on it (minutes to hours); tests/integration/test_simulate_dask.py runs a real scheduler and two workers on loopback"
 B3_VAR = "sets $T for the B3 runs of its block, which cannot run here"
 
 # fmt: off
@@ -156,6 +157,13 @@ CANNOT_RUN: dict[tuple[str, str], str] = {
     ("docs/operations.md", "kubectl apply -k config/overlays/webhook"): WEBHOOK,
     ("docs/operations.md", 'kubectl kustomize config/overlays/webhook | sed s|caBundle: ""|caBundle: $(cat ca-bundle.txt)| | kubectl apply -f -'): WEBHOOK,
     ("docs/operations.md", "kubectl -n koordinator-system rollout status deploy/koord-webhook"): "waits for the webhook Deployment's pods, which need a kubelet and a controller-manager; this tier has neither",
+    ('docs/benchmarks.md', 'pip install koord-py[dask]'): "installs from a package index into the reader's environment; `make test`'s own set-up installs the same extra",
+    ('docs/benchmarks.md', 'dask scheduler --port 8786'): DASK,
+    ('docs/benchmarks.md', 'dask worker tcp://SCHEDULER:8786 --nthreads 1 --nworkers=-1'): DASK,
+    ('docs/benchmarks.md', 'koord-scheduler simulate --sweep config/examples/sweep-b3-held-out.yaml --executor dask://SCHEDULER:8786 --out b3-results/held-out'): DASK,
+    ('docs/benchmarks.md', 'dask scheduler --host 127.0.0.1 --port 0 --scheduler-file sched.json --no-dashboard &'): DASK,
+    ('docs/benchmarks.md', 'dask worker ADDRESS --nthreads 1 --no-nanny --no-dashboard &'): DASK,
+    ('docs/benchmarks.md', 'koord-scheduler simulate --nodes $T/openb_node_list_gpu_node.csv --pods $T/openb_pod_list_default.csv --seeds 52-53 --profiles fgd,fragmentation --no-plot --no-progress --executor dask://ADDRESS --out one'): DASK,
     ("docs/operations.md", "make image"): IMAGE,
     ("docs/operations.md", "podman push koord-py:0.1.0 REGISTRY/koord-py:0.1.0"): REGISTRY,
 }
