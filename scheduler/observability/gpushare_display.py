@@ -96,7 +96,11 @@ class NodeInfo:
 
 
 def _atoi(text: str) -> int | None:
-    return int(text) if _ATOI.fullmatch(text) else None
+    """Go's ``strconv.Atoi`` on 64-bit: None where it fails (out of range included)."""
+    if not _ATOI.fullmatch(text):
+        return None
+    value = int(text)
+    return value if -(1 << 63) <= value < (1 << 63) else None
 
 
 def _allocatable(node: Node, resource: str) -> int:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from scheduler.commands.kubectl_gpushare import main
 from scheduler.observability.tabwriter import tabwrite
@@ -84,3 +85,31 @@ def test_unit_without_koord_is_one_clear_error(capsys: pytest.CaptureFixture[str
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].endswith("--unit applies to --koord only (gpushare's own units are shown as "
                             "they are)")  # fmt: skip
+
+
+def test_hostile_values_are_read_as_the_original_reads_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An index Go's Atoi rejects (out of int64 range) is pending; an allocation annotation
+    that is not ``{int: {int: int}}`` is ignored (Go's Unmarshal fails); no traceback."""
+    docs = [
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "h"},
+         "status": {"allocatable": {"aliyun.com/gpu-mem": "8", "aliyun.com/gpu-count": "2"}}},
+        {"apiVersion": "v1", "kind": "Pod",
+         "metadata": {"name": "p1", "namespace": "d", "uid": "1", "annotations": {
+             "ALIYUN_COM_GPU_MEM_IDX": "9223372036854775808",
+             "scheduler.framework.gpushare.allocation": "[1]"}},
+         "spec": {"nodeName": "h", "containers": [
+             {"name": "c", "resources": {"limits": {"aliyun.com/gpu-mem": "3"}}}]}},
+        {"apiVersion": "v1", "kind": "Pod",
+         "metadata": {"name": "p2", "namespace": "d", "uid": "2", "annotations": {
+             "ALIYUN_COM_GPU_MEM_IDX": "1",
+             "scheduler.framework.gpushare.allocation": '{"0": {"1": 1.5}}'}},
+         "spec": {"nodeName": "h", "containers": [
+             {"name": "c", "resources": {"limits": {"aliyun.com/gpu-mem": "2"}}}]}},
+    ]  # fmt: skip
+    path = tmp_path / "hostile.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    assert main(["--file", str(path)]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[1].split() == ["h", "unknown", "0/4", "2/4", "3", "5/8"]
