@@ -143,13 +143,16 @@ def _fetch(args: argparse.Namespace) -> tuple[list[Node], list[Device], list[Pod
 def _infos(
     args: argparse.Namespace, nodes: list[Node], devices: list[Device], pods: list[Pod]
 ) -> tuple[list[NodeInfo], str]:
+    problems: list[str] = []
     if args.koord:
         unit = args.unit or "GiB"
         view, problems = gpushare_view(nodes, devices, pods, unit)
-        for problem in problems:
-            print(f"{PROG}: warning: {problem}", file=sys.stderr)
-        return koord_nodes(view), unit
-    return build_node_infos(nodes if args.node else nodes_of(nodes), pods)
+        infos = koord_nodes(view, problems)
+    else:
+        infos, unit = build_node_infos(nodes if args.node else nodes_of(nodes), pods, problems)
+    for problem in problems:
+        print(f"{PROG}: warning: {problem}", file=sys.stderr)
+    return infos, unit
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -54,6 +54,9 @@ __all__ = [
 
 ANNOTATION_ALLOCATION: Final = "scheduler.framework.gpushare.allocation"
 PENDING: Final = -1
+MAX_CARDS: Final = 1024
+"""More cards than this on one node is a broken object, not a machine (the original would
+allocate and print that many columns): such a node is shown with no cards, and said so."""
 _ATOI = re.compile(r"[+-]?[0-9]+")
 
 
@@ -185,8 +188,11 @@ def nodes_of(nodes: Iterable[Node]) -> list[Node]:
     return [n for n in nodes if _allocatable(n, RESOURCE_GPU_MEM) > 0]
 
 
-def build_node_infos(nodes: Iterable[Node], pods: Iterable[Pod]) -> tuple[list[NodeInfo], str]:
-    """The nodes (by name) with their cards and pods, and the header's unit."""
+def build_node_infos(
+    nodes: Iterable[Node], pods: Iterable[Pod], problems: list[str] | None = None
+) -> tuple[list[NodeInfo], str]:
+    """The nodes (by name) with their cards and pods, and the header's unit; a node whose
+    card count is not believable is appended to ``problems``."""
     infos: list[NodeInfo] = []
     by_name: dict[str, NodeInfo] = {}
     for node in sorted(nodes, key=lambda n: n.name):
@@ -194,6 +200,10 @@ def build_node_infos(nodes: Iterable[Node], pods: Iterable[Pod]) -> tuple[list[N
             continue
         count = _allocatable(node, RESOURCE_GPU_COUNT)
         total = _allocatable(node, RESOURCE_GPU_MEM)
+        if count > MAX_CARDS:
+            _note(problems, f"node {node.name}: {RESOURCE_GPU_COUNT} {count} is over "
+                            f"{MAX_CARDS}: shown with no cards")  # fmt: skip
+            count = 0
         info = NodeInfo(node.name, address_of(node), count, total)
         for i in range(count):
             info.devs[i] = Dev(i, total // count)
@@ -223,18 +233,29 @@ def build_node_infos(nodes: Iterable[Node], pods: Iterable[Pod]) -> tuple[list[N
     return infos, unit
 
 
-def koord_nodes(view: Sequence[GPUShareNode]) -> list[NodeInfo]:
+def _note(problems: list[str] | None, problem: str) -> None:
+    if problems is not None:
+        problems.append(problem)
+
+
+def koord_nodes(view: Sequence[GPUShareNode], problems: list[str] | None = None) -> list[NodeInfo]:
     """koord-py's account (``gpushare_view``) as the original's picture: each card its own
-    size, every pod shown with its units on each of its cards."""
+    size, every pod shown with its units on each of its cards (a card index over
+    ``MAX_CARDS`` is left out and appended to ``problems``)."""
     infos = []
     for node in view:
         per_pod: dict[str, dict[int, int]] = {}
+        cards = [c for c in node.cards if 0 <= c.index < MAX_CARDS]
         for card in node.cards:
+            if not 0 <= card.index < MAX_CARDS:
+                _note(problems, f"node {node.name}: card {card.index} is over {MAX_CARDS}: "
+                                "left out")  # fmt: skip
+        for card in cards:
             for key, units in card.pods.items():
                 per_pod.setdefault(key, {})[card.index] = units
-        count = max((c.index for c in node.cards), default=-1) + 1
-        info = NodeInfo(node.name, node.address or "unknown", count, node.total)
-        for card in node.cards:
+        count = max((c.index for c in cards), default=-1) + 1
+        info = NodeInfo(node.name, node.address or "unknown", count, sum(c.total for c in cards))
+        for card in cards:
             dev = info.devs[card.index] = Dev(card.index, card.total, card.used)
             for key in card.pods:
                 ns, _, name = key.partition("/")

@@ -113,3 +113,29 @@ def test_hostile_values_are_read_as_the_original_reads_them(
     assert main(["--file", str(path)]) == 0
     rows = capsys.readouterr().out.splitlines()
     assert rows[1].split() == ["h", "unknown", "0/4", "2/4", "3", "5/8"]
+
+
+def test_an_unbelievable_card_count_is_a_warning_not_a_hang(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``aliyun.com/gpu-count: 1e9`` would make the original allocate a billion cards and print
+    as many columns; the node is shown with no cards and one warning line, the others intact."""
+    gpu = {"aliyun.com/gpu-mem": "8", "aliyun.com/gpu-count": "1"}
+    docs = [
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "huge"},
+         "status": {"allocatable": {"aliyun.com/gpu-mem": "8", "aliyun.com/gpu-count": "1e9"}}},
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "ok"},
+         "status": {"allocatable": gpu}},
+    ]  # fmt: skip
+    path = tmp_path / "huge.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    assert main(["--file", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert [ln.split() for ln in out.splitlines()[1:3]] == [
+        ["huge", "unknown", "0/0", "0/8"],
+        ["ok", "unknown", "0/8", "0/8"],
+    ]
+    assert err == (
+        "kubectl-inspect-gpushare: warning: node huge: aliyun.com/gpu-count 1000000000 is "
+        "over 1024: shown with no cards\n"
+    )

@@ -210,3 +210,19 @@ def test_plugin_reads_files_and_reports_errors_in_one_line(tmp_path: Path, capsy
     assert main(["--file", str(tmp_path / "absent.yaml")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("kubectl-inspect-gpushare: error:") and len(err.splitlines()) == 1
+
+
+def test_koord_a_card_index_past_any_machine_is_left_out_with_a_warning(
+    tmp_path: Path, capsys: Capsys
+) -> None:
+    """A Device CR card with minor 10^9 would make the table 10^9 columns wide."""
+    crd = device("n", ["16Gi", "16Gi"])
+    crd["spec"]["devices"][1]["minor"] = 10**9
+    path = tmp_path / "objects.yaml"
+    path.write_text(yaml.safe_dump_all([node("n", "1.2.3.4"), crd]))
+    assert main(["--koord", "--file", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines()[1].split() == ["n", "1.2.3.4", "0/16", "0/16"]
+    assert err == (
+        "kubectl-inspect-gpushare: warning: node n: card 1000000000 is over 1024: left out\n"
+    )
