@@ -29,6 +29,7 @@ import http.client
 import json
 import ssl
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,7 @@ __all__ = [
 DEFAULT_KUBELET_PORT: Final = 10250
 DEFAULT_TOKEN_FILE: Final = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 _MARKED_KEPT: Final = 4096
+_CHUNK: Final = 1 << 16
 DEFAULT_MAX_BODY: Final = 64 << 20
 """A PodList of 110 pods is a few MiB at most; anything far past that is not a kubelet."""
 
@@ -146,6 +148,23 @@ class KubeletPodSource:
             headers["Authorization"] = f"Bearer {token}"
         return headers
 
+    def _body(self, resp: http.client.HTTPResponse) -> bytes:
+        """The answer's body, bounded in size and in time: one system call per chunk (each
+        within the socket's timeout) and the deadline checked between them, so a kubelet that
+        trickles bytes holds the Allocate for at most about twice the timeout."""
+        url, limit = self.config.url, self.config.max_body
+        deadline = time.monotonic() + self.config.timeout_s
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := resp.read1(_CHUNK):
+            size += len(chunk)
+            if size > limit:
+                raise KubeletPodsError(f"{url}: answer over {limit} bytes")
+            if time.monotonic() > deadline:
+                raise KubeletPodsError(f"{url}: no complete answer in {self.config.timeout_s:g} s")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
     def kubelet_pods(self) -> list[object]:
         """The ``items`` of the kubelet's ``/pods``; raises ``KubeletPodsError``."""
         url, limit = self.config.url, self.config.max_body
@@ -158,13 +177,11 @@ class KubeletPodSource:
             declared = resp.getheader("Content-Length")
             if declared and declared.isdigit() and int(declared) > limit:
                 raise KubeletPodsError(f"{url}: answer of {declared} bytes, over {limit}")
-            body = resp.read(limit + 1)
+            body = self._body(resp)
         except (OSError, http.client.HTTPException) as exc:
             raise KubeletPodsError(f"{url}: {exc}") from None
         finally:
             conn.close()
-        if len(body) > limit:
-            raise KubeletPodsError(f"{url}: answer over {limit} bytes")
         try:
             doc = json.loads(body)
         except ValueError as exc:

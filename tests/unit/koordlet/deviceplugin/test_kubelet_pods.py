@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -104,6 +105,7 @@ class Kubelet:
     body: bytes = b""
     content_length: int | None = None  # None: the body's length; -1: none (close delimits)
     chunks: int = 0  # > 0: that many 1 MiB chunks of spaces after body, unannounced
+    trickle: bool = False  # the body one byte per 50 ms
     requests: list[tuple[str, str]] = field(default_factory=list)
     port: int = 0
 
@@ -121,10 +123,16 @@ def _handler(state: Kubelet) -> type[BaseHTTPRequestHandler]:
                 self.send_header("Content-Length", str(length))
             self.end_headers()
             try:
+                if state.trickle:
+                    for i in range(len(state.body)):
+                        self.wfile.write(state.body[i : i + 1])
+                        self.wfile.flush()
+                        time.sleep(0.05)
+                    return
                 self.wfile.write(state.body)
                 for _ in range(state.chunks):
                     self.wfile.write(b" " * (1 << 20))
-            except (BrokenPipeError, ConnectionResetError):
+            except OSError:  # broken pipe, reset, TLS EOF
                 pass  # the client stopped reading: that is the point
 
         def log_message(self, *args: Any) -> None:
@@ -191,18 +199,29 @@ def test_candidates_come_from_the_kubelet_with_the_api_servers_rule(kubelet: Any
         (lambda s: setattr(s, "body", pod_list()), "lists no pending gpushare pod"),
         (lambda s: setattr(s, "content_length", 1 << 40), "answer of 1099511627776 bytes"),
         (lambda s: setattr(s, "chunks", 8), "answer over 1048576 bytes"),
+        (lambda s: s.__dict__.update(trickle=True, body=b" " * 100), "no complete answer in 0.5 s"),
     ],
-    ids=["garbage", "not-a-podlist", "unauthorized", "no-candidate", "huge-declared", "huge"],
+    ids=[
+        "garbage",
+        "not-a-podlist",
+        "unauthorized",
+        "no-candidate",
+        "huge-declared",
+        "huge",
+        "trickle",
+    ],
 )
 def test_an_unusable_kubelet_answer_falls_back_to_the_api_server_with_one_line(
     kubelet: Any, setup: Callable[[Kubelet], None], reason: str
 ) -> None:
     state, config = kubelet
     setup(state)
-    config = KubeletPodsConfig(**{**_fields(config), "max_body": 1 << 20})
+    config = KubeletPodsConfig(**{**_fields(config), "max_body": 1 << 20, "timeout_s": 0.5})
     api = FakeApi([PendingPod("ns", "from-api", "uid-api", 2)])
+    started = time.monotonic()
     with capture_logs() as logs:
         pods = KubeletPodSource(config, api).pending_gpushare_pods(NODE)
+    assert time.monotonic() - started < 2.0  # bounded: never the trickle's 5 s
     assert [p.name for p in pods] == ["from-api"] and api.lists == 1
     (warning,) = _warnings(logs)
     assert reason in f"{warning['event']} {warning.get('error', '')}"
