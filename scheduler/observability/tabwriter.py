@@ -33,7 +33,7 @@ def _format(
     out: list[str],
     minwidth: int,
     padding: int,
-) -> int:
+) -> None:
     column = len(widths)
     this = line0
     while this < line1:
@@ -53,7 +53,6 @@ def _format(
         line0 = this
         this += 1  # Go's loop steps past the line that ended the block (it has no such cell)
     _write_lines(lines, widths, line0, line1, out)
-    return line1
 
 
 def _write_lines(
