@@ -3,7 +3,8 @@
 # `kubectl inspect gpushare` (cmd/inspect of github.com/AliyunContainerService/gpushare-device-plugin,
 # GOPATH mode with its vendor/ directory: no network) from a checkout at GSP_SRC, then record
 # its output on the golden cluster states against a real kube-apiserver (record.py).
-# Needs a Go toolchain and the API-server tier (hack/kube-apiserver.sh).
+# Needs a Go toolchain and the API-server tier (hack/kube-apiserver.sh). Also records Go's
+# tabwriter alone on random texts (tabwriter.py).
 set -euo pipefail
 GSP_SRC="${GSP_SRC:?set GSP_SRC to a gpushare-device-plugin checkout (with vendor/)}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -17,3 +18,5 @@ COMMIT="$(git -C "$GSP_SRC" rev-parse HEAD)"
 cd "$REPO"
 PYTHONPATH="$PWD" "${PYTHON:-python3}" "$HERE/record.py" "$D/kubectl-inspect-gpushare" \
   "github.com/AliyunContainerService/gpushare-device-plugin@$COMMIT cmd/inspect" "$(go version)"
+# Go's tabwriter alone, on random texts (tests/unit/fixtures/gpushare-inspect/tabwriter.json).
+"${PYTHON:-python3}" "$HERE/tabwriter.py"

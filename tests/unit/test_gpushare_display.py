@@ -70,6 +70,14 @@ def test_tabwriter_is_gos(text: str, go: str) -> None:
     assert tabwrite(text) == go
 
 
+def test_tabwriter_on_200_random_texts_recorded_from_go() -> None:
+    """hack/gpushare-inspect-golden/tabwriter.py: Go 1.19's tabwriter on random cells, tabs
+    and newlines (ragged lines, empty cells, unterminated last lines)."""
+    cases = json.loads((FIXTURES / "tabwriter.json").read_text())
+    assert len(cases) == 200
+    assert [tabwrite(text) for text, _ in cases] == [go for _, go in cases]
+
+
 def test_positional_node_and_d_in_either_order(capsys: pytest.CaptureFixture[str]) -> None:
     path = str(FIXTURES / "basic.yaml")
     assert main(["gpu-a", "-d", "--file", path]) == 0
