@@ -168,6 +168,8 @@ def _gpu_resources(args: argparse.Namespace) -> GPUResourceNames:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.query_kubelet and not args.gpushare_device_plugin:
+        raise UserError("--query-kubelet is an option of --gpushare-device-plugin")
     node_name = _node_name(args, True)
     gpu_resources = _gpu_resources(args)
     try:

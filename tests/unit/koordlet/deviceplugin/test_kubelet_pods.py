@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from koordlet.cli import UserError, _gpushare_pods, build_parser
+from koordlet.cli import UserError, _gpushare_pods, build_parser, cmd_run
 from koordlet.deviceplugin.api import api_pb2
 from koordlet.deviceplugin.gpushare import (
     ANNOTATION_ASSIGNED,
@@ -310,3 +310,6 @@ def test_flags() -> None:
     bad = build_parser().parse_args(["run", "--query-kubelet", "--kubelet-port", "0"])
     with pytest.raises(UserError, match="--kubelet-port 0: not a port"):
         _gpushare_pods(bad, api)
+    alone = build_parser().parse_args(["run", "--query-kubelet"])
+    with pytest.raises(UserError, match="--query-kubelet is an option of --gpushare-device-plugin"):
+        cmd_run(alone)
