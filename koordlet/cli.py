@@ -168,6 +168,8 @@ def _gpu_resources(args: argparse.Namespace) -> GPUResourceNames:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.query_kubelet and not args.gpushare_device_plugin:
+        raise UserError("--query-kubelet is an option of --gpushare-device-plugin")
     node_name = _node_name(args, True)
     gpu_resources = _gpu_resources(args)
     try:
@@ -373,11 +375,31 @@ def _gpushare_service(
     return GPUShareService(
         node_name=node_name,
         cards=cards,
-        pods=api,
+        pods=_gpushare_pods(args, api),
         api=api,
         plugin_dir=args.device_plugin_dir,
         unit=MemoryUnit[args.gpushare_memory_unit],
     )
+
+
+def _gpushare_pods(args: argparse.Namespace, api: Any) -> Any:
+    """Where the device plugin lists its candidate pods: the API server, or with
+    ``--query-kubelet`` the kubelet's ``/pods`` (the API server when that fails)."""
+    if not args.query_kubelet:
+        return api
+    from koordlet.deviceplugin.kubeletpods import KubeletPodsConfig, KubeletPodSource
+
+    if not 0 < args.kubelet_port < 65536:
+        raise UserError(f"--kubelet-port {args.kubelet_port}: not a port")
+    config = KubeletPodsConfig(
+        address=args.kubelet_address,
+        port=args.kubelet_port,
+        scheme=args.kubelet_scheme,
+        token_file=args.kubelet_token_file,
+        ca_file=args.kubelet_ca_file,
+    )
+    log.info("gpushare device plugin lists pods from the kubelet", url=config.url)
+    return KubeletPodSource(config, api)
 
 
 def _verbosity(text: str) -> int:
@@ -473,6 +495,36 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("GiB", "MiB"),
         default="GiB",
         help="the unit of one aliyun.com/gpu-mem (gpushare's --memory-unit; default GiB)",
+    )
+    run.add_argument(
+        "--query-kubelet",
+        action="store_true",
+        help="the gpushare device plugin lists the node's pods from the kubelet's /pods, not the "
+        "API server (gpushare's flag; the API server when the kubelet fails)",
+    )
+    run.add_argument(
+        "--kubelet-address",
+        default="127.0.0.1",
+        help="the kubelet, for --query-kubelet (default 127.0.0.1: the DaemonSet's host network)",
+    )
+    run.add_argument(
+        "--kubelet-port", type=int, default=10250, help="the kubelet's port (default 10250)"
+    )
+    run.add_argument(
+        "--kubelet-scheme",
+        choices=("https", "http"),
+        default="https",
+        help="https (port 10250, with the token) or http (the read-only port 10255)",
+    )
+    run.add_argument(
+        "--kubelet-token-file",
+        default="/var/run/secrets/kubernetes.io/serviceaccount/token",
+        help="bearer token for the kubelet (default: the pod's service-account token)",
+    )
+    run.add_argument(
+        "--kubelet-ca-file",
+        default="",
+        help="verify the kubelet's certificate with this CA (default: not verified, as gpushare)",
     )
     run.add_argument(
         "--device-plugin-dir",

@@ -30,12 +30,7 @@ from yaml import YAMLError
 
 from apis.device import API_VERSION, KIND, PLURAL, Device, DeviceDecodeError
 from apis.gpushare import GPUShareDecodeError, placement_of
-from koordlet.deviceplugin.gpushare import (
-    ANNOTATION_ASSIGNED,
-    RESOURCE_GPU_MEM,
-    PendingPod,
-    PodConflict,
-)
+from koordlet.deviceplugin.gpushare import PendingPod, PodConflict, pending_pods
 from koordlet.pods.cache import PodMissing, PodUnavailable
 from koordlet.pods.record import PodRecord, decode_pod_record, str_map
 from koordlet.reporting.reporter import NodePods
@@ -55,29 +50,6 @@ class KubeConfigError(Exception):
     """No usable kubeconfig or in-cluster configuration (a user error)."""
 
 
-def _container_gpu_mem(c: Mapping[str, Any]) -> int:
-    raw = ((c.get("resources") or {}).get("limits") or {}).get(RESOURCE_GPU_MEM)
-    try:
-        return int(str(raw)) if raw is not None else 0
-    except ValueError:
-        return 0
-
-
-def _gpu_mem_units(pod: Mapping[str, Any]) -> int:
-    """The pod's ``aliyun.com/gpu-mem`` limits summed over its containers (gpushare reads
-    limits only, of the app containers only)."""
-    return sum(_container_gpu_mem(c) for c in (pod.get("spec") or {}).get("containers") or [])
-
-
-def _gpu_mem_containers(pod: Mapping[str, Any]) -> tuple[int, ...]:
-    """The ``aliyun.com/gpu-mem`` limit of every container that has one, in the order the
-    kubelet calls Allocate (init containers, then app containers; one call each)."""
-    spec = pod.get("spec") or {}
-    units = (
-        _container_gpu_mem(c)
-        for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
-    )
-    return tuple(n for n in units if n > 0)
 
 
 def _gpushare_placed(annotations: Mapping[str, str]) -> bool:
@@ -255,26 +227,8 @@ class KubeNodeAPI:
         """The node's Pending pods that carry ``ALIYUN_COM_GPU_MEM_ASSIGNED=false``."""
         selector = f"spec.nodeName={node_name},status.phase=Pending"
         obj = self._request("GET", "/api/v1/pods", query=[("fieldSelector", selector)])
-        out: list[PendingPod] = []
-        for pod in obj.get("items") or []:
-            meta = pod.get("metadata") or {}
-            annotations = str_map(meta.get("annotations"))
-            if (pod.get("status") or {}).get("phase") != "Pending":
-                continue
-            if annotations.get(ANNOTATION_ASSIGNED) != "false":
-                continue
-            out.append(
-                PendingPod(
-                    namespace=str(meta.get("namespace") or ""),
-                    name=str(meta.get("name") or ""),
-                    uid=str(meta.get("uid") or ""),
-                    units=_gpu_mem_units(pod),
-                    annotations=annotations,
-                    resource_version=str(meta.get("resourceVersion") or ""),
-                    containers=_gpu_mem_containers(pod),
-                )
-            )
-        return out
+        items = obj.get("items")
+        return pending_pods(items if isinstance(items, list) else [], node_name)
 
     def mark_assigned(self, pod: PendingPod, annotations: dict[str, str]) -> None:
         """Merge ``annotations`` at the pod's resourceVersion and UID (409 -> PodConflict)."""

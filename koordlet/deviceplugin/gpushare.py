@@ -15,6 +15,9 @@ Role: what koordlet's ``aliyun.com/gpu-mem`` device plugin decides, without any 
   containers), then the oldest ``ALIYUN_COM_GPU_MEM_ASSUME_TIME`` (then namespace/name, so the
   choice is deterministic). The caller keeps which containers were served
   (``served``: units per pod UID) and marks the pod assigned once every one was.
+- ``pending_pods``: the candidates read off a PodList's items, the same rule whichever source
+  listed them (the API server, or the kubelet's ``/pods`` with ``--query-kubelet``): pods bound
+  to this node, Pending, with ``ALIYUN_COM_GPU_MEM_ASSIGNED=false``, each UID once.
 - ``allocate_envs``: the env of each container of that pod (``NVIDIA_VISIBLE_DEVICES``, the
   card index; ``ALIYUN_COM_GPU_MEM_IDX``/``_POD``/``_CONTAINER``/``_DEV``) and
   ``assigned_annotations``, the patch that marks the pod as served.
@@ -33,7 +36,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from apis.gpushare import (
     ANNOTATION_ASSIGN_TIME,
@@ -73,6 +76,7 @@ __all__ = [
     "card_of_device",
     "choose_pod",
     "fake_devices",
+    "pending_pods",
     "remaining",
 ]
 
@@ -240,3 +244,64 @@ def allocate_envs(
 def assigned_annotations(now_ns: int) -> dict[str, str]:
     """The patch that marks a pod as served by Allocate."""
     return {ANNOTATION_ASSIGNED: "true", ANNOTATION_ASSIGN_TIME: str(now_ns)}
+
+
+# -- the candidates, from a PodList ----------------------------------------------------------
+
+
+def _mapping(v: object) -> Mapping[str, Any]:
+    return v if isinstance(v, Mapping) else {}
+
+
+def _str_map(v: object) -> dict[str, str]:
+    return {str(k): str(val) for k, val in _mapping(v).items() if val is not None}
+
+
+def _container_units(c: object) -> int:
+    raw = _mapping(_mapping(_mapping(c).get("resources")).get("limits")).get(RESOURCE_GPU_MEM)
+    try:
+        return int(str(raw)) if raw is not None else 0
+    except ValueError:
+        return 0
+
+
+def _containers(spec: Mapping[str, Any], *keys: str) -> list[object]:
+    out: list[object] = []
+    for key in keys:
+        value = spec.get(key)
+        out += value if isinstance(value, list) else []
+    return out
+
+
+def pending_pods(items: Iterable[object], node_name: str) -> list[PendingPod]:
+    """The candidates among a PodList's ``items``: on ``node_name``, Pending, with
+    ``ALIYUN_COM_GPU_MEM_ASSIGNED=false``, each UID once (malformed items are skipped).
+    ``units`` sums the app containers' limits (gpushare reads limits only, of those only);
+    ``containers`` lists every container's, in the kubelet's Allocate order."""
+    out: list[PendingPod] = []
+    seen: set[str] = set()
+    for pod in items:
+        meta, spec = _mapping(_mapping(pod).get("metadata")), _mapping(_mapping(pod).get("spec"))
+        uid = str(meta.get("uid") or "")
+        annotations = _str_map(meta.get("annotations"))
+        if (
+            spec.get("nodeName") != node_name
+            or _mapping(_mapping(pod).get("status")).get("phase") != "Pending"
+            or annotations.get(ANNOTATION_ASSIGNED) != "false"
+            or uid in seen
+        ):
+            continue
+        seen.add(uid)
+        units = (_container_units(c) for c in _containers(spec, "initContainers", "containers"))
+        out.append(
+            PendingPod(
+                namespace=str(meta.get("namespace") or ""),
+                name=str(meta.get("name") or ""),
+                uid=uid,
+                units=sum(_container_units(c) for c in _containers(spec, "containers")),
+                annotations=annotations,
+                resource_version=str(meta.get("resourceVersion") or ""),
+                containers=tuple(n for n in units if n > 0),
+            )
+        )
+    return out

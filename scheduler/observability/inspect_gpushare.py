@@ -1,9 +1,8 @@
-"""``kubectl inspect gpushare``: gpushare's per-node, per-card GPU-memory table, from API objects.
+"""koord-py's per-node, per-card GPU-memory account in gpushare's terms, from API objects.
 
-Role: the view behind the ``kubectl-inspect-gpushare`` plugin (SPEC §10), for clusters moving
-from gpushare: the same table gpushare's own plugin prints (``NAME IPADDRESS GPU0(Allocated/
-Total) ... GPU Memory(GiB)``, a rule, ``Allocated/Total GPU Memory In Cluster:``; with
-``details`` the pods per card), covering both kinds of pods that hold GPU memory:
+Role: the numbers behind the extender's ``/gpushare-scheduler/inspect`` and ``kubectl inspect
+gpushare --koord`` (laid out by ``gpushare_display``), covering both kinds of pods that hold GPU
+memory:
 
 - koordinator pods: the ``gpu-memory`` of each card in their ``device-allocated`` annotation;
 - gpushare pods (``aliyun.com/gpu-mem``, placed by gpushare or by koord-py's gpushare support):
@@ -37,7 +36,7 @@ from apis.device import Device
 from apis.quantity import int_value
 from apis.resources import DEVICE_GPU, GPU_MEMORY
 
-__all__ = ["GPUShareCard", "GPUShareNode", "gpushare_view", "render_gpushare"]
+__all__ = ["GPUShareCard", "GPUShareNode", "gpushare_view"]
 
 ALIYUN_GPU_MEM: Final = "aliyun.com/gpu-mem"
 ALIYUN_GPU_COUNT: Final = "aliyun.com/gpu-count"
@@ -162,61 +161,3 @@ def gpushare_view(
                 continue
             card.pods[pod.key] = card.pods.get(pod.key, 0) + units
     return [view[name] for name in sorted(view)], problems
-
-
-def _table(rows: Sequence[Sequence[str]]) -> list[str]:
-    """Columns padded like Go's tabwriter (minwidth 0, padding 2)."""
-    widths = [max(len(r[i]) if i < len(r) else 0 for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in rows]
-
-
-def _percent(used: int, total: int) -> int:
-    return int(used * 100 / total) if total else 0
-
-
-def render_gpushare(
-    nodes: Sequence[GPUShareNode],
-    problems: Sequence[str] = (),
-    *,
-    details: bool = False,
-    unit: str = "GiB",
-) -> str:
-    """gpushare's table (``details``: its per-node listing of pods per card)."""
-    used = sum(n.used for n in nodes)
-    total = sum(n.total for n in nodes)
-    lines: list[str] = []
-    if details:
-        for node in nodes:
-            lines += [f"NAME:       {node.name}", f"IPADDRESS:  {node.address}", ""]
-            header = ["NAME", "NAMESPACE"] + [f"GPU{c.index}(Allocated)" for c in node.cards]
-            rows = [header]
-            keys = sorted({k for c in node.cards for k in c.pods})
-            for key in keys:
-                ns, _, name = key.partition("/")
-                rows.append([name, ns] + [str(c.pods.get(key, 0)) for c in node.cards])
-            rows.append(["Allocated :", f"{node.used} ({_percent(node.used, node.total)}%)"])
-            rows.append(["Total :", str(node.total)])
-            table = _table(rows)
-            lines += table
-            lines.append("-" * max(len(r) for r in table))
-            lines.append("")
-        lines.append(
-            f"Allocated/Total GPU Memory In Cluster:  {used}/{total} ({_percent(used, total)}%)"
-        )
-    else:
-        width = max((len(n.cards) for n in nodes), default=0)
-        header = ["NAME", "IPADDRESS"]
-        header += [f"GPU{i}(Allocated/Total)" for i in range(width)]
-        header.append(f"GPU Memory({unit})")
-        rows = [header]
-        for node in nodes:
-            cells = [f"{c.used}/{c.total}" for c in node.cards]
-            cells += [""] * (width - len(cells))
-            rows.append([node.name, node.address, *cells, f"{node.used}/{node.total}"])
-        table = _table(rows)
-        lines += table
-        lines.append("-" * max(len(r) for r in table))
-        lines.append("Allocated/Total GPU Memory In Cluster:")
-        lines.append(f"{used}/{total} ({_percent(used, total)}%)")
-    lines += [f"warning: {p}" for p in problems]
-    return "\n".join(lines) + "\n"

@@ -1,6 +1,8 @@
 """``kubectl inspect gpushare`` through Debian's kubectl 1.20 (``kubernetes-client``, via
 ``hack/kubectl.sh``): kubectl finds our ``kubectl-inspect-gpushare`` on PATH and runs it
-against a real API server, with a koordinator pod and a gpushare pod sharing one node."""
+against a real API server. By default it prints what gpushare's own plugin printed on the same
+cluster states (the recorded goldens of tests/unit/test_gpushare_display.py); with ``--koord``
+a koordinator pod and a gpushare pod sharing one node are both counted."""
 
 from __future__ import annotations
 
@@ -8,12 +10,14 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpushare_states import GOLDEN, clear_state, load_state
 from prometheus import hack_values
 from test_scheduler_harness import ALLOCATED, DEVICES, GPU_CORE, GPU_MEMORY, GPU_RATIO, Kube, uid
 
@@ -41,7 +45,36 @@ def _pod(name: str, node: str, annotations: dict[str, str], limits: dict[str, st
     }
 
 
-def test_kubectl_inspect_gpushare_shows_both_kinds_of_pods(
+def _env(apiserver: ApiServer) -> dict[str, str]:
+    return {
+        **os.environ,
+        "KUBECONFIG": apiserver.kubeconfig_path(),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+
+
+def test_kubectl_inspect_gpushare_prints_the_originals_output(
+    kubectl: str, make_apiserver: Callable[..., ApiServer]
+) -> None:
+    """Every recorded state and argument list, on a fresh API server (the original lists every
+    node of the cluster: the shared server holds other tests' nodes)."""
+    apiserver = make_apiserver()
+    kube = Kube(apiserver.url, apiserver.admin_token)
+    env = _env(apiserver)
+    for state, runs in json.loads(GOLDEN.read_text())["states"].items():
+        load_state(kube, state)
+        try:
+            for run in runs:
+                proc = subprocess.run([kubectl, "inspect", "gpushare", *run["args"]], env=env,
+                                      capture_output=True, text=True, timeout=60)  # fmt: skip
+                expected = [o if o.endswith("\n") else o + "\n" for o in run["outputs"]]
+                assert proc.returncode == run["rc"], (state, run["args"], proc.stderr)
+                assert proc.stdout in expected, (state, run["args"], proc.stdout)
+        finally:
+            clear_state(kube, state)
+
+
+def test_kubectl_inspect_gpushare_koord_shows_both_kinds_of_pods(
     kubectl: str, apiserver: ApiServer
 ) -> None:
     kube = Kube(apiserver.url, apiserver.admin_token)
@@ -90,21 +123,18 @@ def test_kubectl_inspect_gpushare_shows_both_kinds_of_pods(
     ]
     for body in pods:
         kube.post(f"/api/v1/namespaces/{ns}/pods", body)
-    env = {
-        **os.environ,
-        "KUBECONFIG": apiserver.kubeconfig_path(),
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-    }
+    env = _env(apiserver)
     try:
         table = subprocess.run(
-            [kubectl, "inspect", "gpushare"], env=env, capture_output=True, text=True, timeout=60
-        )
+            [kubectl, "inspect", "gpushare", "--koord"], env=env, capture_output=True, text=True,
+            timeout=60,
+        )  # fmt: skip
         assert table.returncode == 0, table.stderr
         (row,) = [ln for ln in table.stdout.splitlines() if ln.startswith(node)]
         assert row.split() == [node, "10.1.2.3", "8/16", "4/16", "12/32"]
         details = subprocess.run(
-            [kubectl, "inspect", "gpushare", "-d"], env=env, capture_output=True, text=True,
-            timeout=60,
+            [kubectl, "inspect", "gpushare", "--koord", "-d"], env=env, capture_output=True,
+            text=True, timeout=60,
         )  # fmt: skip
         assert details.returncode == 0, details.stderr
         text = details.stdout

@@ -1,4 +1,5 @@
-"""``kubectl inspect gpushare``: gpushare's table over Device CRs, gpushare and koordinator pods."""
+"""``kubectl inspect gpushare --koord``: koord-py's account (Device CRs, gpushare and koordinator
+pods) in gpushare's layout; the default, the original's own account, is test_gpushare_display."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import yaml
 from apis.core import decode_node, decode_pod
 from apis.device import Device
 from scheduler.commands.kubectl_gpushare import main
-from scheduler.observability.inspect_gpushare import gpushare_view, render_gpushare
+from scheduler.observability.inspect_gpushare import gpushare_view
 
 ALLOCATED = "scheduling.koordinator.sh/device-allocated"
 
@@ -100,26 +101,25 @@ OBJECTS: list[dict[str, Any]] = [
     pod("elsewhere", "node-c", gpushare(0, 1)),
 ]
 
-TABLE = """\
-NAME    IPADDRESS  GPU0(Allocated/Total)  GPU1(Allocated/Total)  GPU Memory(GiB)
-node-a  10.0.0.1   7/16                   12/40                  19/56
-node-b  10.0.0.2   15/15                  21/15                  36/30
---------------------------------------------------------------------------------
-Allocated/Total GPU Memory In Cluster:
-55/86 (63%)
-"""
+TABLE = (
+    "NAME    IPADDRESS  GPU0(Allocated/Total)  GPU1(Allocated/Total)  GPU Memory(GiB)\n"
+    "node-a  10.0.0.1   7/16                   12/40                  19/56\n"
+    "node-b  10.0.0.2   15/15                  21/15                  36/30\n"
+    "-----------------------------------------------------\n"
+    "Allocated/Total GPU Memory In Cluster:\n"
+    "55/86 (63%)  \n"
+)
 
-DETAILS_NODE_B = """\
-NAME:       node-b
-IPADDRESS:  10.0.0.2
-
-NAME         NAMESPACE  GPU0(Allocated)  GPU1(Allocated)
-broken       ns         15               15
-share-2      ns         0                6
-Allocated :  36 (120%)
-Total :      30
---------------------------------------------------------
-"""
+DETAILS_NODE_B = (
+    "NAME:       node-b\n"
+    "IPADDRESS:  10.0.0.2\n"
+    "\n"
+    "NAME         NAMESPACE  GPU0(Allocated)  GPU1(Allocated)  \n"
+    "broken       ns         15               15               \n"
+    "share-2      ns         0                6                \n"
+    "Allocated :  36 (120%)  \n"
+    "Total :      30         \n"
+)
 
 
 def _view() -> tuple[Any, list[str]]:
@@ -129,23 +129,62 @@ def _view() -> tuple[Any, list[str]]:
     return gpushare_view(nodes, devices, pods)
 
 
-def test_table_counts_both_kinds_of_pods_per_card() -> None:
-    view, problems = _view()
-    assert render_gpushare(view, problems) == TABLE + f"warning: {problems[0]}\n"
+Capsys = pytest.CaptureFixture[str]
+
+
+def _koord(tmp_path: Path, capsys: Capsys, *args: str) -> tuple[int, str, str]:
+    path = tmp_path / "objects.yaml"
+    path.write_text(yaml.safe_dump_all(OBJECTS))
+    rc = main(["--koord", *args, "--file", str(path)])
+    captured = capsys.readouterr()
+    return rc, captured.out, captured.err
+
+
+def test_koord_table_counts_both_kinds_of_pods_per_card(tmp_path: Path, capsys: Capsys) -> None:
+    """--koord: Device CR card sizes, koordinator and gpushare pods, in gpushare's layout; an
+    unreadable annotation is one warning on stderr (stdout stays the table)."""
+    _, problems = _view()
     assert problems == [
         "pod ns/broken: invalid scheduling.koordinator.sh/device-allocated annotation: invalid "
         "JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1) "
         "(its cards count as fully used)"
     ]
+    rc, out, err = _koord(tmp_path, capsys)
+    assert (rc, out) == (0, TABLE)
+    assert err == f"kubectl-inspect-gpushare: warning: {problems[0]}\n"
 
 
-def test_details_list_pods_per_card() -> None:
-    view, _ = _view()
-    out = render_gpushare(view, details=True)
+def test_koord_details_list_pods_per_card(tmp_path: Path, capsys: Capsys) -> None:
+    rc, out, _ = _koord(tmp_path, capsys, "-d")
+    assert rc == 0
     assert DETAILS_NODE_B in out
-    assert "both         ns         4                0" in out
-    assert "koord-2      ns         0                2" in out
-    assert out.endswith("Allocated/Total GPU Memory In Cluster:  55/86 (63%)\n")
+    assert "both         ns         4                0                \n" in out
+    assert "koord-2      ns         0                2                \n" in out
+    assert out.endswith("Allocated/Total GPU Memory In Cluster:  55/86 (63%)  \n")
+
+
+def test_koord_positional_node(tmp_path: Path, capsys: Capsys) -> None:
+    rc, out, _ = _koord(tmp_path, capsys, "node-b")
+    assert rc == 0
+    assert [ln.split()[0] for ln in out.splitlines()[1:3]] == ["node-b", "-" * 54]
+
+
+def test_without_koord_koordinator_pods_and_device_crs_are_not_read(
+    tmp_path: Path, capsys: Capsys
+) -> None:
+    """The default is the original's account: only gpushare nodes (allocatable
+    aliyun.com/gpu-mem) and pods with aliyun.com/gpu-mem limits."""
+    objects = [
+        node("node-a", "10.0.0.1"),  # a Device CR only: not a gpushare node
+        device("node-a", ["16Gi", "40Gi"]),
+        pod("koord-1", "node-a", koord(1, "10Gi")),
+    ]
+    path = tmp_path / "objects.yaml"
+    path.write_text(yaml.safe_dump_all(objects))
+    assert main(["--file", str(path)]) == 0
+    assert capsys.readouterr().out == (
+        "NAME  IPADDRESS  GPU Memory()\n\nAllocated/Total GPU Memory In Cluster:\n0/0 (0%)  \n"
+    )
 
 
 def test_a_negative_amount_never_frees_gpu_memory() -> None:
@@ -165,13 +204,25 @@ def test_mib_unit() -> None:
     assert view[0].cards[0].total == 1024
 
 
-def test_plugin_reads_files_and_reports_errors_in_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    path = tmp_path / "objects.yaml"
-    path.write_text(yaml.safe_dump_all(OBJECTS))
-    assert main(["--file", str(path)]) == 0
-    assert capsys.readouterr().out.startswith(TABLE)
+def test_plugin_reads_files_and_reports_errors_in_one_line(tmp_path: Path, capsys: Capsys) -> None:
+    rc, out, _ = _koord(tmp_path, capsys)
+    assert (rc, out) == (0, TABLE)
     assert main(["--file", str(tmp_path / "absent.yaml")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("kubectl-inspect-gpushare: error:") and len(err.splitlines()) == 1
+
+
+def test_koord_a_card_index_past_any_machine_is_left_out_with_a_warning(
+    tmp_path: Path, capsys: Capsys
+) -> None:
+    """A Device CR card with minor 10^9 would make the table 10^9 columns wide."""
+    crd = device("n", ["16Gi", "16Gi"])
+    crd["spec"]["devices"][1]["minor"] = 10**9
+    path = tmp_path / "objects.yaml"
+    path.write_text(yaml.safe_dump_all([node("n", "1.2.3.4"), crd]))
+    assert main(["--koord", "--file", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines()[1].split() == ["n", "1.2.3.4", "0/16", "0/16"]
+    assert err == (
+        "kubectl-inspect-gpushare: warning: node n: card 1000000000 is over 1024: left out\n"
+    )
