@@ -101,7 +101,9 @@ RUN: dict[tuple[str, str], Run] = {
     ("docs/gpushare.md", "kubectl inspect gpushare"): Run(
         expect=("IPADDRESS", "Allocated/Total GPU Memory In Cluster:")
     ),
-    ("docs/gpushare.md", "kubectl inspect gpushare -d"): Run(expect=("IPADDRESS:",)),
+    ("docs/gpushare.md", "kubectl inspect gpushare -d gpu-a"): Run(
+        fill=(("gpu-a", "gpu-t4-0"),), expect=("Allocated/Total GPU Memory In Cluster:",)
+    ),
     ("docs/operations.md", "kubectl apply -k config/"): KUBECTL_APPLY,
     ("docs/operations.md", "kubectl apply -k config/overlays/scheduler-only"): KUBECTL_APPLY,
     ("docs/operations.md", "kubectl apply -k config/overlays/agent"): KUBECTL_APPLY,
@@ -164,6 +166,8 @@ CANNOT_RUN: dict[tuple[str, str], str] = {
     ('docs/benchmarks.md', 'dask scheduler --host 127.0.0.1 --port 0 --scheduler-file sched.json --no-dashboard &'): DASK,
     ('docs/benchmarks.md', 'dask worker ADDRESS --nthreads 1 --no-nanny --no-dashboard &'): DASK,
     ('docs/benchmarks.md', 'koord-scheduler simulate --nodes $T/openb_node_list_gpu_node.csv --pods $T/openb_pod_list_default.csv --seeds 52-53 --profiles fgd,fragmentation --no-plot --no-progress --executor dask://ADDRESS --out one'): DASK,
+    ("docs/gpushare.md", "kubectl inspect gpushare nope"): "exits 1 by design (a node that does not exist, as gpushare's original); tests/e2e/test_kubectl_inspect_gpushare.py checks its message and exit code against the original's recorded output",
+    ("docs/gpushare.md", "koordlet run --gpushare-device-plugin --query-kubelet [--kubelet-address 127.0.0.1] [--kubelet-port 10250] [--kubelet-scheme https|http] [--kubelet-token-file /var/run/secrets/kubernetes.io/serviceaccount/token] [--kubelet-ca-file F]"): "a node agent serving the kubelet's device-plugin socket and asking a kubelet for its pods: needs a kubelet; tests/unit/koordlet/deviceplugin/test_kubelet_pods.py runs the kubelet path against a real HTTPS server on loopback",
     ("docs/operations.md", "make image"): IMAGE,
     ("docs/operations.md", "podman push koord-py:0.1.0 REGISTRY/koord-py:0.1.0"): REGISTRY,
 }
@@ -216,7 +220,7 @@ def test_the_extraction_finds_the_commands_it_must() -> None:
     preempt = by_key[("docs/preemption.md", RUN_PREEMPTION)]
     assert preempt.output[0].startswith("PLACEMENTS")
     assert "PREEMPTIONS" in "\n".join(preempt.output)
-    assert by_key[("docs/gpushare.md", "kubectl inspect gpushare -d")].output == ()
+    assert "IPADDRESS:  192.168.0.11" in by_key[("docs/gpushare.md", "kubectl inspect gpushare -d gpu-a")].output
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
