@@ -148,7 +148,7 @@ def test_lease_role_matches_the_configuration() -> None:
 
 def test_unhealthy_gpus_role_lets_the_informer_list_and_watch_kube_system_configmaps() -> None:
     role = by_kind("Role", "koord-scheduler-unhealthy-gpus")
-    assert CONFIGMAPS_PATH == f"/api/v1/namespaces/{role['metadata']['namespace']}/configmaps"
+    assert f"/api/v1/namespaces/{role['metadata']['namespace']}/configmaps" == CONFIGMAPS_PATH
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "watch"]}
     ]
