@@ -55,6 +55,11 @@ __all__ = ["Informer", "ResourceSpec", "list_objects", "wait_all"]
 
 log = structlog.get_logger("koord-scheduler.informer")
 
+ABSENT_RETRY = 10.0
+"""Seconds between lists of an optional resource that is not served: a CRD installed later
+(koordlet's Device CRD, during a move from gpushare) is picked up this soon; the price is
+one 404 per interval."""
+
 Record = Any
 Decoder = Callable[[Mapping[str, Any]], Record]
 
@@ -106,7 +111,7 @@ class Informer:
         watch_timeout: tuple[int, int] = (300, 600),
         backoff: Backoff | None = None,
         rng: random.Random | None = None,
-        absent_retry: float = 60.0,
+        absent_retry: float = ABSENT_RETRY,
     ) -> None:
         self.rest = rest
         self.spec = spec
