@@ -28,6 +28,7 @@ __all__ = [
     "ANNOTATION_DEV",
     "ANNOTATION_IDX",
     "ANNOTATION_POD",
+    "MAX_CAPACITY_CARDS",
     "RESOURCE_GPU_COUNT",
     "RESOURCE_GPU_MEM",
     "UNHEALTHY_KEY",
@@ -110,12 +111,17 @@ def bind_annotations(index: int, pod_units: int, card_units: int, now_ns: int) -
     }
 
 
+MAX_CAPACITY_CARDS: Final = 64
+"""More ``aliyun.com/gpu-count`` than any node has: such a capacity describes no card (anyone
+allowed to patch a node's status could otherwise make every node's row that wide)."""
+
+
 def capacity_cards(capacity: Mapping[str, int]) -> tuple[int, int] | None:
     """gpushare's picture of a node: (card count, units per card) from its capacity, the
     units divided evenly (integer division, as gpushare's ``NewNodeInfo``); None when it has
-    no card of at least one unit."""
+    no card of at least one unit, or more than ``MAX_CAPACITY_CARDS`` cards."""
     units, count = capacity.get(RESOURCE_GPU_MEM, 0), capacity.get(RESOURCE_GPU_COUNT, 0)
-    if count <= 0 or units // count <= 0:
+    if not 0 < count <= MAX_CAPACITY_CARDS or units // count <= 0:
         return None
     return count, units // count
 

@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import structlog
 
+from apis.allocation import MAX_AMOUNT
 from apis.checkpoint import CheckpointError
 from apis.core import Node
 from apis.device import Device, DeviceInfo
 from apis.gpushare import (
+    MAX_CAPACITY_CARDS,
     RESOURCE_GPU_COUNT,
     RESOURCE_GPU_MEM,
     MemoryUnit,
@@ -53,7 +55,9 @@ def capacity_device(node: str, count: int, units: int, unit: MemoryUnit) -> Devi
     resources = {
         GPU_CORE: Quantity.of(100, DECIMAL_SI),
         GPU_MEMORY_RATIO: Quantity.of(100, DECIMAL_SI),
-        GPU_MEMORY: Quantity.of(units * unit.bytes, BINARY_SI),
+        # more than any card has counts as 1 TiB (a number beyond int64 would break the
+        # ledger's matrices; anyone who may patch a node's status can write one)
+        GPU_MEMORY: Quantity.of(min(units * unit.bytes, MAX_AMOUNT), BINARY_SI),
     }
     cards = tuple(
         DeviceInfo(type=DEVICE_GPU, minor=m, health=True, resources=resources)
@@ -72,6 +76,8 @@ class NodeSources:
         """Per node with gpushare capacity: (card count, units per card)."""
         self._derived: dict[str, Device] = {}
         self._unhealthy: dict[str, frozenset[int]] = {}
+        self._refused: dict[str, int] = {}
+        """Per node, the hostile gpu-count last warned about."""
 
     @property
     def unit(self) -> MemoryUnit:
@@ -96,14 +102,18 @@ class NodeSources:
     def set_node(self, node: Node) -> bool:
         """A Node added or updated: derive its cards from its capacity (or drop them)."""
         cards = capacity_cards(node.capacity)
+        count = node.capacity.get(RESOURCE_GPU_COUNT, 0)
+        if count > MAX_CAPACITY_CARDS and self._refused.get(node.name) != count:
+            self._refused[node.name] = count  # said once per value, not per status update
+            log.warning("aliyun.com/gpu-count beyond any node: no cards derived from it",
+                        node=node.name, gpu_count=count, most_cards=MAX_CAPACITY_CARDS)
         if cards == self._capacity.get(node.name):
             return False
         if cards is None:
             self._capacity.pop(node.name, None)
             self._derived.pop(node.name, None)
             log.info("gpushare capacity gone: no cards derived for the node", node=node.name,
-                     gpu_mem=node.capacity.get(RESOURCE_GPU_MEM, 0),
-                     gpu_count=node.capacity.get(RESOURCE_GPU_COUNT, 0))
+                     gpu_mem=node.capacity.get(RESOURCE_GPU_MEM, 0), gpu_count=count)
         else:
             self._capacity[node.name] = cards
             self._derived[node.name] = capacity_device(node.name, *cards, self._unit)
@@ -113,6 +123,7 @@ class NodeSources:
         return node.name not in self._crs
 
     def delete_node(self, name: str) -> bool:
+        self._refused.pop(name, None)
         if self._capacity.pop(name, None) is None:
             return False
         self._derived.pop(name, None)

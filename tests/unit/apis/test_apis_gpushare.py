@@ -86,3 +86,11 @@ def test_is_unhealthy_configmap(obj: dict[str, Any], wanted: bool) -> None:
     if not wanted:
         with pytest.raises(GPUShareDecodeError):
             decode_unhealthy(obj)
+
+
+def test_more_cards_than_any_node_describe_none() -> None:
+    from apis.gpushare import MAX_CAPACITY_CARDS
+
+    many = {"aliyun.com/gpu-mem": 10**6, "aliyun.com/gpu-count": MAX_CAPACITY_CARDS}
+    assert capacity_cards(many) == (MAX_CAPACITY_CARDS, 10**6 // MAX_CAPACITY_CARDS)
+    assert capacity_cards({**many, "aliyun.com/gpu-count": MAX_CAPACITY_CARDS + 1}) is None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from apis.allocation import MAX_AMOUNT
 from apis.core import Node, Pod
 from apis.gpushare import MemoryUnit, UnhealthyGPUs
 from scheduler.devices.ledger import NodeDeviceLedger
@@ -73,14 +74,14 @@ def test_a_node_without_device_cr_gets_the_cards_of_its_gpushare_capacity(
 
 
 def test_the_unit_is_the_scheduler_gpushare_unit_even_when_set_later() -> None:
-    node = gs_node("n", 16384, 1)
+    node = gs_node("n", 512, 1)
     assert cards(fed(Change("Node", None, node), unit=MemoryUnit.MiB), "n") == {
-        0: (True, True, 16 * GI, 16 * GI)
+        0: (True, True, 512 * MI, 512 * MI)
     }
     ledger = fed(Change("Node", None, node))
-    assert cards(ledger, "n")[0][2] == 16384 * GI
+    assert cards(ledger, "n")[0][2] == 512 * GI
     ledger.gpushare_unit = MemoryUnit.MiB  # DeviceShare's gpushareMemoryUnit, applied late
-    assert cards(ledger, "n")[0][2] == 16 * GI
+    assert cards(ledger, "n")[0][2] == 512 * MI
     verify(ledger)
 
 
@@ -198,3 +199,19 @@ def test_unhealthy_configmap_with_bad_entries_is_logged_once_and_the_rest_honour
     out = capsys.readouterr()
     lines = [ln for ln in (out.out + out.err).splitlines() if "unhealthy-gpu" in ln]
     assert len(lines) == 1 and "'x' is not a card index" in lines[0], lines
+
+
+def test_hostile_capacity_derives_nothing_or_a_bounded_card_and_is_said_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Anyone who may patch a node's status writes these: 10**9 cards would widen every row
+    of the ledger, 10**30 GiB raised OverflowError out of the event handler."""
+    wide = gs_node("n", 10**9, 10**9)
+    ledger = fed(Change("Node", None, wide), Change("Node", wide, wide))
+    assert cards(ledger, "n") == {} and not ledger.has_device("n")
+    out = capsys.readouterr()
+    said = [ln for ln in (out.out + out.err).splitlines() if "beyond any node" in ln]
+    assert len(said) == 1, said
+    ledger.apply_change(Change("Node", wide, gs_node("n", 10**30, 1)))
+    assert cards(ledger, "n") == {0: (True, True, MAX_AMOUNT, MAX_AMOUNT)}
+    verify(ledger)
