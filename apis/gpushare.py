@@ -142,6 +142,10 @@ class UnhealthyGPUs:
         return f"{UNHEALTHY_NAMESPACE}/{UNHEALTHY_PREFIX}{self.node}"
 
 
+_PROBLEMS_SHOWN: Final = 5
+"""Bad entries named one by one; the rest are counted."""
+
+
 def parse_unhealthy(text: str) -> tuple[frozenset[int], tuple[str, ...]]:
     """``"0,2"`` -> ({0, 2}, ()); blanks around entries and empty entries are ignored, any
     other entry that is not a whole number is a problem (and skipped)."""
@@ -155,6 +159,9 @@ def parse_unhealthy(text: str) -> tuple[frozenset[int], tuple[str, ...]]:
             minors.add(int(entry))
         else:
             problems.append(f"{UNHEALTHY_KEY}: {entry[:40]!r} is not a card index")
+    if len(problems) > _PROBLEMS_SHOWN:  # one log line, whatever the ConfigMap holds
+        more = len(problems) - _PROBLEMS_SHOWN
+        problems[_PROBLEMS_SHOWN:] = [f"{UNHEALTHY_KEY}: {more} more entries are not card indexes"]
     return frozenset(minors), tuple(problems)
 
 

@@ -45,6 +45,9 @@ def test_capacity_cards(capacity: dict[str, int], want: tuple[int, int] | None) 
             "gpus: '+2' is not a card index",
         ], id="not-whole-numbers"),
         pytest.param("٣", set(), ["gpus: '٣' is not a card index"], id="non-ascii-digit"),
+        pytest.param("3," + "y," * 10**5, {3}, [
+            *["gpus: 'y' is not a card index"] * 5, "gpus: 99995 more entries are not card indexes",
+        ], id="many-bad-entries-one-bounded-line"),
     ],
 )
 def test_parse_unhealthy(text: str, minors: set[int], problems: list[str]) -> None:
