@@ -35,8 +35,8 @@ Invariants:
   so the informer event that follows our own bind (same allocation) changes nothing, and a
   terminal (Succeeded/Failed) or deleted pod releases everything it held.
 - ``used`` of a card is the sum of the holdings' amounts on it; ``free = max(total - used, 0)``;
-  ``total`` is the Device CR's amount for a healthy card and 0 otherwise (an unhealthy card
-  keeps its users). A card that is in no Device CR but still held is kept as an unusable
+  ``total`` is the node's Device's amount for a healthy card and 0 otherwise (an unhealthy
+  card — the Device says so, or the unhealthy-gpu ConfigMap names it — keeps its users). A card that is in no Device CR but still held is kept as an unusable
   column (``exists`` False, total 0), so a deleted and re-created Device CR cannot cause a
   double allocation.
 - GPUs listed in the Device annotation ``node.koordinator.sh/devices-checkpoints`` (matched by
