@@ -4,7 +4,11 @@ operator's ``unhealthy-gpu-<node>`` ConfigMap (issue 27, items 1 and 3)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from apis.allocation import MAX_AMOUNT
 from apis.core import Node, Pod
@@ -215,3 +219,69 @@ def test_hostile_capacity_derives_nothing_or_a_bounded_card_and_is_said_once(
     ledger.apply_change(Change("Node", wide, gs_node("n", 10**30, 1)))
     assert cards(ledger, "n") == {0: (True, True, MAX_AMOUNT, MAX_AMOUNT)}
     verify(ledger)
+
+
+NODES = ("n0", "n1")
+source_ops = st.one_of(
+    st.tuples(st.just("capacity"), st.sampled_from(NODES), st.integers(0, 40), st.integers(0, 4)),
+    st.tuples(st.just("node-gone"), st.sampled_from(NODES)),
+    st.tuples(st.just("cr"), st.sampled_from(NODES), st.lists(st.sampled_from((8, 16)),
+                                                              min_size=1, max_size=3)),
+    st.tuples(st.just("cr-gone"), st.sampled_from(NODES)),
+    st.tuples(st.just("unhealthy"), st.sampled_from(NODES), st.frozensets(st.integers(0, 3))),
+    st.tuples(st.just("unhealthy-gone"), st.sampled_from(NODES)),
+    st.tuples(st.just("pod"), st.integers(0, 5), st.sampled_from(NODES), st.integers(0, 3),
+              st.integers(1, 8)),
+    st.tuples(st.just("pod-gone"), st.integers(0, 5)),
+)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(source_ops, max_size=30))
+def test_random_sources_keep_invariants_and_rebuild_equals_incremental(
+    sequence: list[tuple[Any, ...]],
+) -> None:
+    """Capacity changes, Device CRs coming and going, unhealthy marks and gpushare pods in any
+    order: the ledger's invariants hold after every step, and a rebuild from the objects as
+    they are now equals the incremental ledger (a pod never loses its card on the way)."""
+    ledger = NodeDeviceLedger(rows=1, cards=1)
+    nodes: dict[str, Node] = {}
+    crs: dict[str, Any] = {}
+    marks: dict[str, UnhealthyGPUs] = {}
+    pods: dict[int, Pod] = {}
+    for op in sequence:
+        kind, *args = op
+        if kind == "capacity":
+            name, units, count = args
+            new = gs_node(name, units, count)
+            ledger.apply_change(Change("Node", nodes.get(name), new))
+            nodes[name] = new
+        elif kind == "node-gone" and args[0] in nodes:
+            ledger.apply_change(Change("Node", nodes.pop(args[0]), None))
+        elif kind == "cr":
+            name, sizes = args
+            cr = device(name, *(gpu(m, f"{s}Gi") for m, s in enumerate(sizes)))
+            ledger.apply_change(Change("Device", crs.get(name), cr))
+            crs[name] = cr
+        elif kind == "cr-gone" and args[0] in crs:
+            ledger.apply_change(Change("Device", crs.pop(args[0]), None))
+        elif kind == "unhealthy":
+            new_marks = unhealthy(args[0], *args[1])
+            ledger.apply_change(Change(UNHEALTHY_GPUS_KIND, marks.get(args[0]), new_marks))
+            marks[args[0]] = new_marks
+        elif kind == "unhealthy-gone" and args[0] in marks:
+            ledger.apply_change(Change(UNHEALTHY_GPUS_KIND, marks.pop(args[0]), None))
+        elif kind == "pod" and args[0] not in pods:
+            i, node, idx, units = args
+            pods[i] = placed(f"p{i}", node, idx, units)
+            ledger.apply_change(Change("Pod", None, pods[i]))
+        elif kind == "pod-gone" and args[0] in pods:
+            ledger.apply_change(Change("Pod", pods.pop(args[0]), None))
+        verify(ledger)
+        for pod in pods.values():  # every gpushare pod still holds its memory on its card
+            holding = ledger.holding(pod.uid)
+            assert holding is not None and holding.node == pod.node_name
+    replayed = NodeDeviceLedger.replay(
+        crs.values(), pods.values(), nodes=nodes.values(), unhealthy=marks.values()
+    )
+    assert replayed.snapshot_state() == ledger.snapshot_state()
