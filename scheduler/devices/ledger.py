@@ -36,9 +36,9 @@ Invariants:
   terminal (Succeeded/Failed) or deleted pod releases everything it held.
 - ``used`` of a card is the sum of the holdings' amounts on it; ``free = max(total - used, 0)``;
   ``total`` is the node's Device's amount for a healthy card and 0 otherwise (an unhealthy
-  card — the Device says so, or the unhealthy-gpu ConfigMap names it — keeps its users). A card that is in no Device CR but still held is kept as an unusable
-  column (``exists`` False, total 0), so a deleted and re-created Device CR cannot cause a
-  double allocation.
+  card — the Device says so, or the unhealthy-gpu ConfigMap names it — keeps its users). A
+  card that is in no Device but still held is kept as an unusable column (``exists`` False,
+  total 0), so a deleted and re-created Device CR cannot cause a double allocation.
 - GPUs listed in the Device annotation ``node.koordinator.sh/devices-checkpoints`` (matched by
   card id) count as fully used (a per-node checkpoint holding of the card's declared amounts).
 - A bound pod's ``device-allocated`` annotation never makes a card look less used (issue 23;
