@@ -127,6 +127,9 @@ class Pod:
     tolerations: tuple[Toleration, ...] = ()
     requests: Mapping[str, int] = field(default_factory=dict)
     requests_exact: Mapping[str, Fraction] = field(default_factory=dict)
+    app_limits: Mapping[str, int] = field(default_factory=dict)
+    """The limits of the app containers (``spec.containers``) summed, init containers left
+    out: gpushare's count of a pod's ``aliyun.com/gpu-mem`` (``ALIYUN_COM_GPU_MEM_POD``)."""
     non_zero_cpu: int = DEFAULT_MILLI_CPU_REQUEST
     non_zero_memory: int = DEFAULT_MEMORY_REQUEST
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -163,6 +166,8 @@ class Node:
     unschedulable: bool = False
     taints: tuple[Taint, ...] = ()
     allocatable: Mapping[str, int] = field(default_factory=dict)
+    capacity: Mapping[str, int] = field(default_factory=dict)
+    """``status.capacity`` (allocatable when absent): gpushare reads its cards from it."""
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -298,6 +303,16 @@ def pod_requests(
     _max(reqs, init_max)
     _add(reqs, _resource_list(spec.get("overhead"), f"{path}.overhead"))
     return reqs
+
+
+def app_limits(spec: Mapping[str, Any], path: str = "spec") -> dict[str, Fraction]:
+    """The app containers' limits summed (no init container, no defaulting from requests)."""
+    out: dict[str, Fraction] = {}
+    for i, c in enumerate(_list(spec.get("containers"), f"{path}.containers")):
+        cpath = f"{path}.containers[{i}]"
+        res = _mapping(_mapping(c, cpath).get("resources"), f"{cpath}.resources")
+        _add(out, _resource_list(res.get("limits"), f"{cpath}.resources.limits"))
+    return out
 
 
 def _requirement(value: Any, path: str) -> NodeSelectorRequirement:
@@ -494,6 +509,7 @@ def decode_pod(obj: Mapping[str, Any]) -> Pod:
         ),
         requests=_shared_map({k: _to_int(k, v) for k, v in requests_exact.items()}),
         requests_exact=_shared_map(requests_exact),
+        app_limits=_shared_map({k: _to_int(k, v) for k, v in app_limits(spec).items()}),
         non_zero_cpu=_to_int(CPU, non_zero.get(CPU, Fraction(0))),
         non_zero_memory=_to_int(MEMORY, non_zero.get(MEMORY, Fraction(0))),
         raw=obj,
@@ -509,10 +525,13 @@ def decode_node(obj: Mapping[str, Any]) -> Node:
         raise DecodeError("metadata.name", "must be non-empty")
     spec = _mapping(obj.get("spec"), "spec")
     status = _mapping(obj.get("status"), "status")
+    capacity = _resource_list(status.get("capacity"), "status.capacity")
     if status.get("allocatable") is not None:
         alloc = _resource_list(status.get("allocatable"), "status.allocatable")
     else:
-        alloc = _resource_list(status.get("capacity"), "status.capacity")
+        alloc = capacity
+    if status.get("capacity") is None:
+        capacity = alloc
     unschedulable = spec.get("unschedulable", False)
     if not isinstance(unschedulable, bool):
         raise DecodeError("spec.unschedulable", f"expected a boolean, got {unschedulable!r}")
@@ -528,5 +547,6 @@ def decode_node(obj: Mapping[str, Any]) -> Node:
             for i, t in enumerate(_list(spec.get("taints"), "spec.taints"))
         ),
         allocatable={k: _to_int(k, v) for k, v in alloc.items()},
+        capacity={k: _to_int(k, v) for k, v in capacity.items()},
         raw=obj,
     )

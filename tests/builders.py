@@ -118,6 +118,18 @@ class NodeBuilder:
             self.resource(NVIDIA_GPU, count)
         return self
 
+    def gpushare(self, units: int | None, count: int | None) -> NodeBuilder:
+        """What gpushare's device plugin advertises: ``aliyun.com/gpu-mem`` (all cards' units)
+        and ``aliyun.com/gpu-count`` (None removes one), in capacity and allocatable."""
+        capacity = self._obj["status"].setdefault("capacity", dict(self._alloc))
+        for name, value in (("aliyun.com/gpu-mem", units), ("aliyun.com/gpu-count", count)):
+            for where in (self._alloc, capacity):
+                if value is None:
+                    where.pop(name, None)
+                else:
+                    where[name] = str(value)
+        return self
+
     def label(self, key: str, value: str = "") -> NodeBuilder:
         self._obj["metadata"]["labels"][key] = value
         return self

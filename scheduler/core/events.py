@@ -17,11 +17,13 @@ import dataclasses
 from concurrent.futures import Future
 
 from apis.core import Pod
+from apis.gpushare import capacity_cards
 from scheduler.core.base import Call, log
 from scheduler.core.binding_cycle import BindingCycle
 from scheduler.framework.events import (
     ASSIGNED_POD_DELETE,
     POD_GROUP_KIND,
+    UNHEALTHY_GPUS_KIND,
     Action,
     Change,
     ClusterEvent,
@@ -45,6 +47,9 @@ class EventHandlers(BindingCycle):
                 self.queue.node_added(change.new)
             elif change.action is Action.UPDATE:
                 self.queue.node_updated(change.old, change.new)
+                if capacity_cards(change.old.capacity) != capacity_cards(change.new.capacity):
+                    # gpushare's cards of a node without a Device CR: a device change
+                    self.queue.device_changed(Action.UPDATE)
             else:
                 self.queue.node_deleted(change.old)
         elif change.kind == "Pod":
@@ -58,6 +63,8 @@ class EventHandlers(BindingCycle):
                 self._read_back_before_release(change.old)
         elif change.kind == "Device":
             self.queue.device_changed(change.action)
+        elif change.kind == UNHEALTHY_GPUS_KIND:  # cards taken away or given back
+            self.queue.device_changed(Action.UPDATE)
         elif change.kind == POD_GROUP_KIND:
             event = ClusterEvent(Resource.POD_GROUP, change.action)
             self.queue.move_all_to_active_or_backoff(event)  # gangs waiting for their PodGroup

@@ -11,8 +11,9 @@ allocated part ``total - free``, and ``share``: the free part of each card in th
 ``min_r(free_r * 1000 // total_r)`` over the card's declared resources (1000 = an idle card,
 0 for an unhealthy or undeclared one). ``row_version`` changes whenever anything of a row
 does, so readers can cache per-row derived values. A node gets a row the first time it has a
-Device CR or a holding; rows and card columns grow by doubling and are updated in place, per
-change.
+Device or a holding; rows and card columns grow by doubling and are updated in place, per
+change. A node's Device is its Device CR, else the cards its gpushare capacity implies, and
+the operator's ``unhealthy-gpu-<node>`` ConfigMap takes cards away (``sources.NodeSources``).
 
 Per node it also keeps the read-only ``NodeMeta`` of its Device CR — the GPU interconnect
 (``gpu-topology``), the partition table (``gpu-partitions``) and the ``gpu-partition-policy``
@@ -21,7 +22,8 @@ label — decoded once per Device change (a malformed annotation is logged, coun
 that have each (``topology_rows``, ``table_rows``, ``honor_rows``) so whole-cluster passes
 touch only those nodes.
 
-Fed only by the scheduling thread: Device add/update/delete, Pod changes (the
+Fed only by the scheduling thread: Device add/update/delete, Node changes (their gpushare
+capacity), unhealthy-gpu ConfigMaps, Pod changes (the
 ``scheduling.koordinator.sh/device-allocated`` annotation of assigned pods of any scheduler),
 and DeviceShare's Reserve/Unreserve (which also carry the bind outcome: a failed bind runs
 Unreserve, a successful one is confirmed by the pod's event). Readers never write; what-if
@@ -33,10 +35,10 @@ Invariants:
   so the informer event that follows our own bind (same allocation) changes nothing, and a
   terminal (Succeeded/Failed) or deleted pod releases everything it held.
 - ``used`` of a card is the sum of the holdings' amounts on it; ``free = max(total - used, 0)``;
-  ``total`` is the Device CR's amount for a healthy card and 0 otherwise (an unhealthy card
-  keeps its users). A card that is in no Device CR but still held is kept as an unusable
-  column (``exists`` False, total 0), so a deleted and re-created Device CR cannot cause a
-  double allocation.
+  ``total`` is the node's Device's amount for a healthy card and 0 otherwise (an unhealthy
+  card — the Device says so, or the unhealthy-gpu ConfigMap names it — keeps its users). A
+  card that is in no Device but still held is kept as an unusable column (``exists`` False,
+  total 0), so a deleted and re-created Device CR cannot cause a double allocation.
 - GPUs listed in the Device annotation ``node.koordinator.sh/devices-checkpoints`` (matched by
   card id) count as fully used (a per-node checkpoint holding of the card's declared amounts).
 - A bound pod's ``device-allocated`` annotation never makes a card look less used (issue 23;
@@ -54,7 +56,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -62,28 +63,25 @@ import numpy.typing as npt
 import structlog
 
 from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, AllocationReading, read_allocations
-from apis.checkpoint import CheckpointError
-from apis.core import Pod
+from apis.core import Node, Pod
 from apis.device import Device
-from apis.gpushare import GPUShareDecodeError, MemoryUnit
-from apis.partition import POLICY_HONOR
+from apis.gpushare import GPUShareDecodeError, MemoryUnit, UnhealthyGPUs
 from apis.resources import DEVICE_TYPES
-from apis.topology import GPUTopology, TopologyDecodeError
 from scheduler.devices.request import (
     ANNOTATION,
-    CHECKPOINT,
     RESERVED,
     RESOURCE_INDEX,
     RESOURCES_BY_TYPE,
     CardUse,
     Holding,
-    checkpoint_uses,
+    InvalidAllocation,
     gpushare_uses,
     held_uses,
 )
+from scheduler.devices.sources import NodeSources, checkpoint_holding, decode_meta
 from scheduler.devices.table import CardTable, RowCards, accumulate, card_views
 from scheduler.devices.topology import NO_NODE_META, CardMeta, CardView, NodeMeta, NodeView
-from scheduler.framework.events import Change
+from scheduler.framework.events import UNHEALTHY_GPUS_KIND, Change
 
 __all__ = ["InvalidAllocation", "NodeDeviceLedger"]
 
@@ -92,33 +90,13 @@ log = structlog.get_logger(__name__)
 I64 = npt.NDArray[np.int64]
 
 
-@dataclass(frozen=True, slots=True)
-class InvalidAllocation:
-    """A bound pod whose ``device-allocated`` annotation is invalid, and what it holds."""
-
-    pod: Pod
-    reading: AllocationReading
-    held: tuple[tuple[str, int], ...]
-    """(device type, minor) of the cards it holds whole, as the node's Device CR is now."""
-
-    def describe(self) -> str:
-        """One line: the problems and the cards counted as taken."""
-        cards = ", ".join(f"{t} {m}" for t, m in self.held) or "none yet (no such card)"
-        problems = "; ".join(self.reading.problems)
-        if len(problems) > 400:  # an event message has room for a few problems, not all
-            problems = problems[:400] + "..."
-        return (f"invalid {ANNOTATION_DEVICE_ALLOCATED} annotation ({problems}); "
-                f"cards counted as fully used on node {self.pod.node_name}: {cards}")
-
-
 class NodeDeviceLedger:
     """The cluster's device inventory and allocations (see the module docstring)."""
 
     def __init__(
         self, rows: int = 64, cards: int = 8, gpushare_unit: MemoryUnit = MemoryUnit.GiB
     ) -> None:
-        self.gpushare_unit = gpushare_unit
-        """The size of one ``aliyun.com/gpu-mem`` (pods placed by gpushare, SPEC §10)."""
+        self._sources = NodeSources(gpushare_unit)
         self._rows_cap = max(1, rows)
         self._tables = {
             t: CardTable(len(RESOURCES_BY_TYPE[t]), self._rows_cap, max(1, cards))
@@ -154,6 +132,16 @@ class NodeDeviceLedger:
     # -- reading ----------------------------------------------------------------------------
 
     @property
+    def gpushare_unit(self) -> MemoryUnit:
+        """The size of one ``aliyun.com/gpu-mem`` (pods and node capacity of gpushare)."""
+        return self._sources.unit
+
+    @gpushare_unit.setter
+    def gpushare_unit(self, unit: MemoryUnit) -> None:
+        for node in self._sources.set_unit(unit):
+            self._refresh(node)
+
+    @property
     def n_rows(self) -> int:
         return len(self._names)
 
@@ -175,7 +163,8 @@ class NodeDeviceLedger:
         return self._names[row]
 
     def device(self, node: str) -> Device | None:
-        """The node's Device CR as last seen."""
+        """The Device that describes the node: its CR as last seen, else the cards derived
+        from its gpushare capacity (``sources``)."""
         return self._devices.get(node)
 
     def node_meta(self, node: str) -> NodeMeta:
@@ -247,23 +236,56 @@ class NodeDeviceLedger:
                 self.set_device(change.new)
         elif change.kind == "Pod":
             self.observe_pod(change.old, change.new)
+        elif change.kind == "Node":
+            self.observe_node(change.old, change.new)
+        elif change.kind == UNHEALTHY_GPUS_KIND:
+            record: UnhealthyGPUs = change.new if change.new is not None else change.old
+            self.set_unhealthy(record.node, record.minors if change.new is not None else None)
+            if change.new is not None and change.new.problems:
+                log.warning("entries of an unhealthy-gpu ConfigMap that are not card indexes "
+                            "are skipped; the others are honoured", configmap=record.key,
+                            problems=list(record.problems), unhealthy=sorted(record.minors))
 
     def set_device(self, device: Device) -> None:
-        self._devices[device.name] = device
-        self._set_node_meta(device.name, self._decode_meta(device))
-        checkpoint = self._checkpoint_holding(device)
-        if checkpoint is None:
-            self._checkpoints.pop(device.name, None)
-        else:
-            self._checkpoints[device.name] = checkpoint
-        self._rehold_invalid(device.name)
-        self._rebuild_row(device.name)
+        """A Device CR added or updated: it describes the node from now on."""
+        self._sources.set_cr(device)
+        self._refresh(device.name)
 
     def delete_device(self, node: str) -> None:
-        if self._devices.pop(node, None) is None:
-            return
-        self._set_node_meta(node, NO_NODE_META)
-        self._checkpoints.pop(node, None)
+        if self._sources.delete_cr(node):
+            self._refresh(node)
+
+    def observe_node(self, old: Node | None, new: Node | None) -> None:
+        """A Node change: the cards of its gpushare capacity (used without a Device CR)."""
+        if new is not None:
+            if self._sources.set_node(new):
+                self._refresh(new.name)
+        elif old is not None and self._sources.delete_node(old.name):
+            self._refresh(old.name)
+
+    def set_unhealthy(self, node: str, minors: frozenset[int] | None) -> None:
+        """The operator's unhealthy cards of ``node`` (None: its ConfigMap was deleted)."""
+        if self._sources.set_unhealthy(node, minors or frozenset()) and node in self._row_of:
+            self._rebuild_row(node)
+
+    def _refresh(self, node: str) -> None:
+        """The Device that describes ``node`` changed (or is gone): lay its row out again."""
+        device = self._sources.device(node)
+        if device is None:
+            if self._devices.pop(node, None) is None:
+                return
+            self._set_node_meta(node, NO_NODE_META)
+            self._checkpoints.pop(node, None)
+        else:
+            self._devices[node] = device
+            meta, errors = decode_meta(device)
+            checkpoint, bad = checkpoint_holding(device)
+            self.annotation_errors += errors + bad
+            self._set_node_meta(node, meta)
+            if checkpoint is None:
+                self._checkpoints.pop(node, None)
+            else:
+                self._checkpoints[node] = checkpoint
         self._rehold_invalid(node)
         self._rebuild_row(node)
 
@@ -395,9 +417,15 @@ class NodeDeviceLedger:
         pods: Iterable[Pod],
         reservations: Iterable[Holding] = (),
         gpushare_unit: MemoryUnit = MemoryUnit.GiB,
+        nodes: Iterable[Node] = (),
+        unhealthy: Iterable[UnhealthyGPUs] = (),
     ) -> NodeDeviceLedger:
         """A ledger rebuilt from scratch from the current objects and open reservations."""
         ledger = cls(gpushare_unit=gpushare_unit)
+        for node in nodes:
+            ledger.observe_node(None, node)
+        for marks in unhealthy:
+            ledger.set_unhealthy(marks.node, marks.minors)
         for device in devices:
             ledger.set_device(device)
         for pod in pods:
@@ -452,24 +480,6 @@ class NodeDeviceLedger:
             out.append(checkpoint)
         return out
 
-    def _decode_meta(self, device: Device) -> NodeMeta:
-        try:
-            topology = device.gpu_topology()
-        except TopologyDecodeError as err:
-            self.annotation_errors += 1
-            log.warning("malformed gpu-topology annotation", node=device.name, error=str(err))
-            topology = GPUTopology()
-        try:
-            table = device.gpu_partitions()
-        except TopologyDecodeError as err:  # PartitionDecodeError is one
-            self.annotation_errors += 1
-            log.warning("malformed gpu-partitions annotation", node=device.name, error=str(err))
-            table = None
-        honor = device.gpu_partition_policy == POLICY_HONOR
-        if not topology and table is None and not honor:
-            return NO_NODE_META
-        return NodeMeta(topology, table or None, honor)
-
     def _set_node_meta(self, node: str, meta: NodeMeta) -> None:
         row = self._ensure_row(node)
         if meta is NO_NODE_META:
@@ -485,18 +495,6 @@ class NodeDeviceLedger:
                 rows.add(row)
             else:
                 rows.discard(row)
-
-    def _checkpoint_holding(self, device: Device) -> Holding | None:
-        try:
-            uses = checkpoint_uses(device)
-        except CheckpointError as err:
-            self.annotation_errors += 1
-            log.warning("malformed devices-checkpoints annotation", node=device.name,
-                        error=err.message)
-            return None
-        if not uses:
-            return None
-        return Holding(f"checkpoint:{device.name}", device.name, uses, CHECKPOINT)
 
     def _ensure_row(self, node: str) -> int:
         row = self._row_of.get(node)
@@ -525,6 +523,7 @@ class NodeDeviceLedger:
         """Lay out the node's row again from its Device CR and its holdings."""
         row = self._ensure_row(node)
         device = self._devices.get(node)
+        unhealthy = self._sources.unhealthy(node)
         usage: dict[tuple[str, int], list[int]] = {}
         for h in self._node_holdings(node):
             for use in h.uses:
@@ -538,7 +537,7 @@ class NodeDeviceLedger:
                 metas[d.minor] = CardMeta(
                     minor=d.minor,
                     id=d.id,
-                    healthy=d.health,
+                    healthy=d.health and d.minor not in unhealthy,
                     declared=tuple(d.resource_value(n) for n in names),
                     labels=d.labels,
                     topology=d.topology,

@@ -42,6 +42,7 @@ from typing import Final
 
 from apis.allocation import (
     ALLOCATED_RESOURCES,
+    ANNOTATION_DEVICE_ALLOCATED,
     MAX_AMOUNT,
     AllocationDecodeError,
     AllocationReading,
@@ -96,6 +97,7 @@ __all__ = [
     "CardUse",
     "DeviceRequest",
     "Holding",
+    "InvalidAllocation",
     "RequestError",
     "TypeRequest",
     "checkpoint_uses",
@@ -152,8 +154,12 @@ class DeviceRequest:
     joint_types: tuple[str, ...] = ()
     joint_same_pcie: bool = False
     gpushare_units: int = 0
-    """The pod's ``aliyun.com/gpu-mem`` (gpushare's units), 0 for other pods: it asks for that
-    memory on one card, and its bind carries gpushare's annotations too."""
+    """The pod's ``aliyun.com/gpu-mem`` (kube's effective request, init containers included),
+    0 for other pods: it asks for that memory on one card, and its bind carries gpushare's
+    annotations too."""
+    gpushare_pod_units: int = 0
+    """The units gpushare counts for the pod — its app containers' limits alone — written as
+    ``ALIYUN_COM_GPU_MEM_POD``, which gpushare's extender and device plugin read back."""
     partition: PartitionSpec | None = None
     """The pod's ``gpu-partition-spec``: it honors GPU partition tables on every node."""
 
@@ -202,7 +208,8 @@ def _exact_quantity(pod: Pod, name: str) -> Quantity | int:
 
 
 def _gpushare(requests: Mapping[str, int], unit: MemoryUnit) -> tuple[Mapping[str, int], int]:
-    """A gpushare request (``aliyun.com/gpu-mem`` units) as the GPU memory it stands for."""
+    """A gpushare request (``aliyun.com/gpu-mem`` units) as the GPU memory it stands for:
+    kube's effective request, init containers included (they run on the card too)."""
     units = requests.get(RESOURCE_GPU_MEM, 0)
     if units <= 0:
         return requests, 0
@@ -312,6 +319,7 @@ def parse_request(pod: Pod, gpushare_unit: MemoryUnit = MemoryUnit.GiB) -> Devic
         joint_types=joint_types,
         joint_same_pcie=same_pcie,
         gpushare_units=gpushare_units,
+        gpushare_pod_units=pod.app_limits.get(RESOURCE_GPU_MEM, 0) if gpushare_units else 0,
         partition=partition,
     )
 
@@ -429,3 +437,22 @@ def checkpoint_uses(device: Device) -> tuple[CardUse, ...]:
             continue
         uses[d.minor] = CardUse.of(DEVICE_GPU, d.minor, {n: d.resource_value(n) for n in names})
     return tuple(uses.values())
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidAllocation:
+    """A bound pod whose ``device-allocated`` annotation is invalid, and what it holds."""
+
+    pod: Pod
+    reading: AllocationReading
+    held: tuple[tuple[str, int], ...]
+    """(device type, minor) of the cards it holds whole, as the node's Device CR is now."""
+
+    def describe(self) -> str:
+        """One line: the problems and the cards counted as taken."""
+        cards = ", ".join(f"{t} {m}" for t, m in self.held) or "none yet (no such card)"
+        problems = "; ".join(self.reading.problems)
+        if len(problems) > 400:  # an event message has room for a few problems, not all
+            problems = problems[:400] + "..."
+        return (f"invalid {ANNOTATION_DEVICE_ALLOCATED} annotation ({problems}); "
+                f"cards counted as fully used on node {self.pod.node_name}: {cards}")

@@ -59,6 +59,9 @@ PDB_KIND = "PodDisruptionBudget"
 POD_GROUP_KIND = "PodGroup"
 """``Change.kind`` of a ``scheduling.sigs.k8s.io`` PodGroup (``apis.gang``); Coscheduling reads
 them (a cluster without the CRD sends none)."""
+UNHEALTHY_GPUS_KIND = "UnhealthyGPUs"
+"""``Change.kind`` of a ``kube-system/unhealthy-gpu-<node>`` ConfigMap (gpushare's list of cards
+the operator took away; ``apis.gpushare.UnhealthyGPUs``); the device ledger reads them."""
 
 # Events the queue reacts to without any plugin registering them.
 UNSCHEDULABLE_TIMEOUT = ClusterEvent(Resource.WILDCARD, Action.ALL, "UnschedulableTimeout")

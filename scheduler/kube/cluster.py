@@ -2,11 +2,12 @@
 
 Role: the scheduler's view of and hands on a Kubernetes cluster. Three informers (Nodes; Pods
 that are not Succeeded/Failed, of every scheduler, for accounting and for the queue; Device
-CRs), plus PodDisruptionBudgets (preemption) and ``scheduling.sigs.k8s.io`` PodGroups
-(Coscheduling; optional: a cluster without the CRD is healthy and sends none) feed
-subscribers; ``bind`` is one ``pods/binding`` POST whose metadata carries the
-device-allocation annotations (or, with ``bind_mode="patch"``, an annotation patch then a
-plain binding); ``record_event`` goes to the aggregating ``EventRecorder``;
+CRs), plus PodDisruptionBudgets (preemption), ``scheduling.sigs.k8s.io`` PodGroups
+(Coscheduling; optional: a cluster without the CRD is healthy and sends none) and gpushare's
+``kube-system/unhealthy-gpu-<node>`` ConfigMaps (the device ledger) feed subscribers;
+``bind`` is one ``pods/binding`` POST whose metadata carries the device-allocation
+annotations (or, with ``bind_mode="patch"``, an annotation patch then a plain binding);
+``record_event`` goes to the aggregating ``EventRecorder``;
 ``set_pod_scheduled_condition`` patches the pod's status.
 
 Invariants:
@@ -49,8 +50,9 @@ from apis.device import PLURAL as DEVICE_PLURAL
 from apis.device import Device
 from apis.disruption import PodDisruptionBudget, decode_pdb
 from apis.gang import POD_GROUP_API_VERSION, PodGroup, decode_pod_group
+from apis.gpushare import UNHEALTHY_NAMESPACE, decode_unhealthy, is_unhealthy_configmap
 from scheduler.cluster import ChangeHandler
-from scheduler.framework.events import PDB_KIND, POD_GROUP_KIND
+from scheduler.framework.events import PDB_KIND, POD_GROUP_KIND, UNHEALTHY_GPUS_KIND
 from scheduler.framework.interfaces import BindError
 from scheduler.kube.events import EventRecorder, rfc3339
 from scheduler.kube.informer import Informer, ResourceSpec, list_objects, wait_all
@@ -65,6 +67,7 @@ from scheduler.kube.rest import (
 
 __all__ = [
     "BIND_MODES",
+    "CONFIGMAPS_PATH",
     "DEVICES_PATH",
     "FENCED_WRITE_TIMEOUT",
     "NODES_PATH",
@@ -79,6 +82,7 @@ __all__ = [
     "node_spec",
     "pod_group_spec",
     "pod_spec",
+    "unhealthy_gpus_spec",
 ]
 
 log = structlog.get_logger("koord-scheduler.kube")
@@ -87,6 +91,7 @@ NODES_PATH = "/api/v1/nodes"
 PODS_PATH = "/api/v1/pods"
 DEVICES_PATH = f"/apis/{DEVICE_API_VERSION}/{DEVICE_PLURAL}"
 POD_GROUPS_PATH = f"/apis/{POD_GROUP_API_VERSION}/podgroups"
+CONFIGMAPS_PATH = f"/api/v1/namespaces/{UNHEALTHY_NAMESPACE}/configmaps"
 PODS_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
 BIND_MODES = ("binding", "patch")
 FENCED_WRITE_TIMEOUT = 10.0
@@ -186,6 +191,19 @@ def device_spec() -> ResourceSpec:
     )
 
 
+def unhealthy_gpus_spec() -> ResourceSpec:
+    """gpushare's ``kube-system/unhealthy-gpu-<node>`` ConfigMaps (the other ConfigMaps of
+    kube-system are skipped unread); needs list + watch of configmaps in kube-system."""
+    return ResourceSpec(
+        UNHEALTHY_GPUS_KIND,
+        CONFIGMAPS_PATH,
+        decode_unhealthy,
+        lambda u: u.key,
+        lambda u: u.resource_version,
+        accept=is_unhealthy_configmap,
+    )
+
+
 class ClusterView:
     """What the caches hold at one moment: nodes by name, Device CRs, pods."""
 
@@ -271,6 +289,7 @@ class KubeCluster:
         fence: Callable[[], bool] | None = None,
         pdbs: Informer | None = None,
         pod_groups: Informer | None = None,
+        unhealthy_gpus: Informer | None = None,
         write_timeout: float = FENCED_WRITE_TIMEOUT,
     ) -> None:
         if bind_mode not in BIND_MODES:
@@ -293,6 +312,8 @@ class KubeCluster:
                 pdbs = Informer(rest, pdb_spec())
             if pod_groups is None:
                 pod_groups = Informer(rest, pod_group_spec())
+            if unhealthy_gpus is None:
+                unhealthy_gpus = Informer(rest, unhealthy_gpus_spec())
         self.nodes, self.devices, self.pods = informers
         self.pdbs = pdbs
         """PodDisruptionBudgets, for preemption (None: not watched)."""
@@ -303,6 +324,10 @@ class KubeCluster:
             self.informers.append(pdbs)
         if pod_groups is not None:
             self.informers.append(pod_groups)
+        self.unhealthy_gpus = unhealthy_gpus
+        """gpushare's unhealthy-card ConfigMaps (None: not watched)."""
+        if unhealthy_gpus is not None:
+            self.informers.append(unhealthy_gpus)
         self.binds = 0
         self.bind_failures = 0
 

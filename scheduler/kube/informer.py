@@ -15,7 +15,8 @@ Invariants:
   the current state as adds and then exactly the later changes, never one twice or out of order.
 - ``synced`` becomes true after the first complete list has been delivered and stays true;
   ``healthy`` is false from a failed request until the next list or watch is established.
-- Objects that do not decode are logged and counted (``decode_errors``) and treated as absent.
+- Objects that do not decode are logged and counted (``decode_errors``) and treated as absent;
+  objects the spec does not ``accept`` are absent too, silently.
 - A collection with ``alternatives`` (``policy/v1`` PDBs, else ``policy/v1beta1``) is listed
   at the first path that does not answer 404; any other error (5xx, a timeout, a refused
   connection) is retried on the same path with backoff, so a failed call never makes it
@@ -54,6 +55,11 @@ __all__ = ["Informer", "ResourceSpec", "list_objects", "wait_all"]
 
 log = structlog.get_logger("koord-scheduler.informer")
 
+ABSENT_RETRY = 10.0
+"""Seconds between lists of an optional resource that is not served: a CRD installed later
+(koordlet's Device CRD, during a move from gpushare) is picked up this soon; the price is
+one 404 per interval."""
+
 Record = Any
 Decoder = Callable[[Mapping[str, Any]], Record]
 
@@ -77,6 +83,9 @@ class ResourceSpec:
     alternatives: tuple[str, ...] = ()
     """Other paths of the same collection (older API versions), tried in order when ``path``
     answers 404: the version served is found by listing it, never guessed from a failed call."""
+    accept: Callable[[Mapping[str, Any]], bool] | None = None
+    """Which objects of the collection are ours (``unhealthy-gpu-*`` of the ConfigMaps): the
+    others are not decoded, stored or delivered (no field selector matches a name prefix)."""
 
 
 class _Gone(Exception):
@@ -102,7 +111,7 @@ class Informer:
         watch_timeout: tuple[int, int] = (300, 600),
         backoff: Backoff | None = None,
         rng: random.Random | None = None,
-        absent_retry: float = 60.0,
+        absent_retry: float = ABSENT_RETRY,
     ) -> None:
         self.rest = rest
         self.spec = spec
@@ -391,6 +400,8 @@ class Informer:
             # Server-side apply bookkeeping: often the largest part of an object, read by no
             # one here, and kept for every pod in ``raw`` (memory grows with it).
             meta.pop("managedFields", None)
+        if self.spec.accept is not None and not self.spec.accept(obj):
+            return None
         try:
             return self.spec.decode(obj)
         except Exception as exc:  # DecodeError, DeviceDecodeError, anything else

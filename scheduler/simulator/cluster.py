@@ -23,8 +23,9 @@ from apis.core import Node, Pod, decode_node, decode_pod
 from apis.device import Device
 from apis.disruption import PodDisruptionBudget, decode_pdb
 from apis.gang import PodGroup, decode_pod_group
+from apis.gpushare import UnhealthyGPUs, decode_unhealthy
 from scheduler.cluster import ChangeHandler
-from scheduler.framework.events import PDB_KIND, POD_GROUP_KIND, Change
+from scheduler.framework.events import PDB_KIND, POD_GROUP_KIND, UNHEALTHY_GPUS_KIND, Change
 from scheduler.framework.interfaces import BindError
 
 
@@ -46,6 +47,8 @@ class InMemoryCluster:
         self.devices: dict[str, Device] = {}
         self.pdbs: dict[str, PodDisruptionBudget] = {}
         self.pod_groups: dict[str, PodGroup] = {}
+        self.unhealthy_gpus: dict[str, UnhealthyGPUs] = {}
+        """gpushare's ``kube-system/unhealthy-gpu-<node>`` ConfigMaps, by node."""
         self.events: list[RecordedEvent] = []
         self.binds = 0
         self._handlers: list[ChangeHandler] = []
@@ -68,6 +71,8 @@ class InMemoryCluster:
                 handler(Change(PDB_KIND, None, pdb))
             for group in self.pod_groups.values():
                 handler(Change(POD_GROUP_KIND, None, group))
+            for marks in self.unhealthy_gpus.values():
+                handler(Change(UNHEALTHY_GPUS_KIND, None, marks))
 
     def wait_for_sync(self, timeout: float | None = None) -> bool:
         return True
@@ -234,6 +239,21 @@ class InMemoryCluster:
             old = self.pod_groups.pop(key, None)
             if old is not None:
                 self._emit(Change(POD_GROUP_KIND, old, None))
+
+    def apply_unhealthy_gpus(self, obj: Mapping[str, Any]) -> UnhealthyGPUs:
+        """A ``kube-system/unhealthy-gpu-<node>`` ConfigMap (raises for any other object)."""
+        with self._lock:
+            marks = decode_unhealthy(self._stamp(obj))
+            old = self.unhealthy_gpus.get(marks.node)
+            self.unhealthy_gpus[marks.node] = marks
+            self._emit(Change(UNHEALTHY_GPUS_KIND, old, marks))
+            return marks
+
+    def delete_unhealthy_gpus(self, node: str) -> None:
+        with self._lock:
+            old = self.unhealthy_gpus.pop(node, None)
+            if old is not None:
+                self._emit(Change(UNHEALTHY_GPUS_KIND, old, None))
 
     # -- internals --------------------------------------------------------------------------------
 

@@ -258,3 +258,31 @@ def test_call_soon_runs_on_the_scheduling_thread_between_cycles() -> None:
     assert ok.result(timeout=0) == 2 and ran == ["x"]
     with pytest.raises(ZeroDivisionError):
         failing.result(timeout=0)
+
+
+def test_gpushare_pods_on_capacity_cards_wait_for_an_unhealthy_card_to_come_back() -> None:
+    """Issue 27 items 1 and 3 in ``run`` mode: a node with gpushare's device plugin alone (no
+    Device CR) takes gpushare pods on the cards of its capacity, never on a card the
+    unhealthy-gpu ConfigMap names; deleting the ConfigMap moves the waiting pod back."""
+    cluster, sched, clock = _setup(nodes=0)
+    cluster.apply_node(make_node("g").cpu("8").memory("8Gi").gpushare(32, 2).obj())
+    cm = {"metadata": {"name": "unhealthy-gpu-g", "namespace": "kube-system"},
+          "data": {"gpus": "1"}}
+    cluster.apply_unhealthy_gpus(cm)
+
+    def gs(name: str, units: int) -> None:
+        pod = make_pod(name).limit({"aliyun.com/gpu-mem": str(units)}).scheduler(OURS)
+        cluster.apply_pod(pod.obj())
+
+    gs("a", 10)
+    gs("b", 10)
+    sched.run_until_idle()
+    sched.wait_for_writes()
+    a, b = cluster.pods["default/a"], cluster.pods["default/b"]
+    assert a.annotations["ALIYUN_COM_GPU_MEM_IDX"] == "0" and not b.node_name
+    assert sched.failures["default/b"].startswith("0/1 nodes are available: 1 Insufficient gpu")
+    cluster.delete_unhealthy_gpus("g")
+    clock.advance(10)
+    sched.run_until_idle()
+    sched.close()
+    assert cluster.pods["default/b"].annotations["ALIYUN_COM_GPU_MEM_IDX"] == "1"

@@ -570,7 +570,7 @@ class DeviceShare:
         card_bytes = meta.declared[GPU_MEMORY_INDEX] if meta is not None else 0
         return gpushare_bind_annotations(
             use.minor,
-            request.gpushare_units,
+            request.gpushare_pod_units,
             card_bytes // self.args.gpushare_unit.bytes,
             self._clock_ns(),
         )

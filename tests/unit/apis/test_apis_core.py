@@ -71,3 +71,39 @@ def test_pods_share_the_parts_they_repeat() -> None:
     other["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "2"
     c = decode_pod(other)
     assert c.requests == {"cpu": 2000} and a.requests == {"cpu": 1000}
+
+
+def test_app_limits_leave_init_containers_out_as_gpushare_counts_a_pod() -> None:
+    """gpushare counts ``aliyun.com/gpu-mem`` over ``spec.containers`` only (issue 27 item 5)."""
+    gm = "aliyun.com/gpu-mem"
+    pod = decode_pod(
+        {
+            "metadata": {"name": "p"},
+            "spec": {
+                "initContainers": [{"name": "i", "resources": {"limits": {gm: "4"}}}],
+                "containers": [
+                    {"name": "a", "resources": {"limits": {gm: "1", "cpu": "500m"}}},
+                    {"name": "b", "resources": {"limits": {gm: "2"}, "requests": {gm: "2"}}},
+                    {"name": "c", "resources": {"requests": {"cpu": "1"}}},
+                ],
+            },
+        }
+    )
+    assert pod.app_limits == {gm: 3, "cpu": 500}
+    assert pod.requests[gm] == 4  # kube's effective request: the init container's
+
+
+@pytest.mark.parametrize(
+    ("status", "capacity"),
+    [
+        pytest.param({"capacity": {"x": "2"}, "allocatable": {"x": "1"}}, {"x": 2}, id="both"),
+        pytest.param({"allocatable": {"x": "1"}}, {"x": 1}, id="allocatable-only"),
+        pytest.param({"capacity": {"x": "2"}}, {"x": 2}, id="capacity-only"),
+    ],
+)
+def test_node_capacity_falls_back_to_allocatable(
+    status: dict[str, Any], capacity: dict[str, int]
+) -> None:
+    from apis.core import decode_node
+
+    assert decode_node({"metadata": {"name": "n"}, "status": status}).capacity == capacity

@@ -579,3 +579,10 @@ def test_readiness_says_why_a_cache_is_not_synced() -> None:
         )
     finally:
         pdbs.stop()
+
+
+def test_the_default_informers_include_gpushare_unhealthy_gpu_configmaps() -> None:
+    cluster = KubeCluster(RestClient(FakeTransport()), None)
+    assert cluster.unhealthy_gpus is not None
+    assert cluster.unhealthy_gpus.spec.path == "/api/v1/namespaces/kube-system/configmaps"
+    assert [i.kind for i in cluster.informers][-1] == "UnhealthyGPUs"

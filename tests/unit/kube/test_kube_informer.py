@@ -14,7 +14,15 @@ from typing import Any
 import pytest
 
 from scheduler.framework.events import Action, Change
-from scheduler.kube.cluster import POD_GROUPS_PATH, device_spec, node_spec, pod_group_spec, pod_spec
+from scheduler.kube.cluster import (
+    CONFIGMAPS_PATH,
+    POD_GROUPS_PATH,
+    device_spec,
+    node_spec,
+    pod_group_spec,
+    pod_spec,
+    unhealthy_gpus_spec,
+)
 from scheduler.kube.informer import Informer, ResourceSpec
 from scheduler.kube.ratelimit import Backoff
 from scheduler.kube.rest import RestClient, TransportError
@@ -408,3 +416,48 @@ def test_namespaced_objects_are_deleted_by_namespace_and_name(
     first, second = rec.q.get(timeout=5), rec.q.get(timeout=5)
     assert first.action is Action.ADD and second.action is Action.DELETE
     assert second.old.id == "team/job" and inf.items() == []
+
+
+def test_unhealthy_gpu_configmaps_only_are_kept_and_delivered(
+    transport: FakeTransport, make: Callable[..., Informer]
+) -> None:
+    """kube-system's other ConfigMaps (leader election, kube-proxy, ...) are neither decoded,
+    stored nor delivered; ours come and go with their gpus list."""
+
+    def cm(name: str, rv: str, gpus: str | None = None) -> dict[str, Any]:
+        meta = {"name": name, "namespace": "kube-system", "resourceVersion": rv}
+        return {"metadata": meta, "data": {"gpus": gpus} if gpus is not None else {}}
+
+    transport.on(
+        "GET",
+        CONFIGMAPS_PATH,
+        object_list([cm("kube-proxy", "3"), cm("unhealthy-gpu-a", "4", "0,2")], rv="5"),
+    )
+    transport.on_watch(
+        CONFIGMAPS_PATH,
+        FakeStream(
+            [
+                event("MODIFIED", cm("kube-proxy", "6")),
+                event("ADDED", cm("unhealthy-gpu-b", "7", "1,x")),
+                event("DELETED", cm("kube-proxy", "8")),
+                event("DELETED", cm("unhealthy-gpu-a", "9", "0,2")),
+            ],
+            end=False,
+        ),
+    )
+    inf = make(unhealthy_gpus_spec())
+    got: queue.Queue[Change] = queue.Queue()
+    inf.subscribe(got.put)
+    inf.start()
+    assert inf.wait_for_sync(5)
+    changes = [got.get(timeout=5) for _ in range(3)]
+    assert [(c.action, (c.new or c.old).node) for c in changes] == [
+        (Action.ADD, "a"), (Action.ADD, "b"), (Action.DELETE, "a"),
+    ]  # fmt: skip
+    assert changes[0].new.minors == {0, 2}
+    assert (changes[1].new.minors, changes[1].new.problems) == (
+        {1}, ("gpus: 'x' is not a card index",)
+    )  # fmt: skip
+    assert got.empty() and inf.decode_errors == 0
+    wait(lambda: inf.resource_version == "9")
+    assert [u.key for u in inf.items()] == ["kube-system/unhealthy-gpu-b"]

@@ -14,6 +14,7 @@ from apis.device import GROUP, KIND, PLURAL, VERSION
 from apis.gang import POD_GROUP_API_VERSION, decode_pod_group
 from scheduler.config import load_config, parse_config
 from scheduler.kube.cluster import (
+    CONFIGMAPS_PATH,
     DEVICES_PATH,
     NODES_PATH,
     POD_GROUPS_PATH,
@@ -132,12 +133,28 @@ def test_cluster_role_is_least_privilege() -> None:
 
 def test_lease_role_matches_the_configuration() -> None:
     le = load_config(ROOT / "config/scheduler-config.yaml").leader_election
-    role = by_kind("Role")
+    role = by_kind("Role", "koord-scheduler-leader-election")
     assert role["metadata"]["namespace"] == le.resource_namespace
     named = [r for r in role["rules"] if r.get("resourceNames")]
     assert named[0]["resourceNames"] == [le.resource_name]
-    binding = by_kind("RoleBinding")
+    binding = by_kind("RoleBinding", "koord-scheduler-leader-election")
     assert binding["metadata"]["namespace"] == le.resource_namespace
+    sa = by_kind("ServiceAccount")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": sa["metadata"]["name"],
+         "namespace": sa["metadata"]["namespace"]}
+    ]  # fmt: skip
+
+
+def test_unhealthy_gpus_role_lets_the_informer_list_and_watch_kube_system_configmaps() -> None:
+    role = by_kind("Role", "koord-scheduler-unhealthy-gpus")
+    assert f"/api/v1/namespaces/{role['metadata']['namespace']}/configmaps" == CONFIGMAPS_PATH
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "watch"]}
+    ]
+    binding = by_kind("RoleBinding", "koord-scheduler-unhealthy-gpus")
+    assert binding["metadata"]["namespace"] == "kube-system"
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
     sa = by_kind("ServiceAccount")
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": sa["metadata"]["name"],
