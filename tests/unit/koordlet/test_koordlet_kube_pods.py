@@ -84,6 +84,7 @@ def test_a_pod_with_an_init_container_asking_gpu_mem_counts_as_gpushare_counts_i
             "ALIYUN_COM_GPU_MEM_IDX": "0", "ALIYUN_COM_GPU_MEM_ASSIGNED": "false",
         }},
         "spec": {
+            "nodeName": "n",
             "initContainers": [{"name": "fetch", "resources": {"limits": {gm: "4"}}}],
             "containers": [{"name": "main", "resources": {"limits": {gm: "1"}}}],
         },
