@@ -64,10 +64,10 @@ import structlog
 from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, AllocationReading, read_allocations
 from apis.checkpoint import CheckpointError
 from apis.core import Pod
-from apis.device import Device
+from apis.device import Device, DeviceInfo
 from apis.gpushare import GPUShareDecodeError, MemoryUnit
 from apis.partition import POLICY_HONOR
-from apis.resources import DEVICE_TYPES
+from apis.resources import DEVICE_GPU, DEVICE_TYPES
 from apis.topology import GPUTopology, TopologyDecodeError
 from scheduler.devices.request import (
     ANNOTATION,
@@ -83,6 +83,7 @@ from scheduler.devices.request import (
 )
 from scheduler.devices.table import CardTable, RowCards, accumulate, card_views
 from scheduler.devices.topology import NO_NODE_META, CardMeta, CardView, NodeMeta, NodeView
+from scheduler.devices.vfs import vfs_held
 from scheduler.framework.events import Change
 
 __all__ = ["InvalidAllocation", "NodeDeviceLedger"]
@@ -139,6 +140,8 @@ class NodeDeviceLedger:
         self._holdings: dict[str, Holding] = {}
         self._checkpoints: dict[str, Holding] = {}
         self._by_node: dict[str, set[str]] = {}
+        self._vf_nodes: set[str] = set()
+        """Nodes with a card that declares SR-IOV VF groups (their views list VFs held)."""
         self._invalid: dict[str, tuple[AllocationReading, tuple[CardUse, ...]]] = {}
         """Per uid of a pod with an invalid annotation: its reading and the reservation of
         ours it keeps beside it (its holding is recomputed when its node's Device changes)."""
@@ -231,7 +234,13 @@ class NodeDeviceLedger:
             cards[t] = () if row is None else card_views(
                 self._tables[t], self._meta[row][t], row, t, minus
             )
-        return NodeView(node, node in self._devices, cards, self.node_meta(node))
+        vfs_taken = {}
+        if node in self._vf_nodes:
+            extra = [h for h in added if h.node == node]
+            gone = {h.uid for h in removed if h.node == node} | {h.uid for h in extra}
+            kept = [h for h in self._node_holdings(node) if h.uid not in gone]
+            vfs_taken = vfs_held([*kept, *extra])
+        return NodeView(node, node in self._devices, cards, self.node_meta(node), vfs_taken)
 
     # -- changes ----------------------------------------------------------------------------
 
@@ -466,9 +475,15 @@ class NodeDeviceLedger:
             log.warning("malformed gpu-partitions annotation", node=device.name, error=str(err))
             table = None
         honor = device.gpu_partition_policy == POLICY_HONOR
-        if not topology and table is None and not honor:
+        # The GPUs the row lays out (the first of each minor) all report topology.
+        first: dict[int, DeviceInfo] = {}
+        for d in device.devices_of_type(DEVICE_GPU):
+            if d.minor is not None:
+                first.setdefault(d.minor, d)
+        tree = bool(first) and all(d.topology is not None for d in first.values())
+        if not topology and table is None and not honor and not tree:
             return NO_NODE_META
-        return NodeMeta(topology, table or None, honor)
+        return NodeMeta(topology, table or None, honor, tree)
 
     def _set_node_meta(self, node: str, meta: NodeMeta) -> None:
         row = self._ensure_row(node)
@@ -526,6 +541,7 @@ class NodeDeviceLedger:
         row = self._ensure_row(node)
         device = self._devices.get(node)
         usage: dict[tuple[str, int], list[int]] = {}
+        vf_cards = False
         for h in self._node_holdings(node):
             for use in h.uses:
                 accumulate(usage, use, 1)
@@ -542,8 +558,15 @@ class NodeDeviceLedger:
                     declared=tuple(d.resource_value(n) for n in names),
                     labels=d.labels,
                     topology=d.topology,
+                    vf_groups=d.vf_groups,
                 )
+                if d.vf_groups:
+                    vf_cards = True
             self._meta[row][t] = self._tables[t].lay_out(row, metas, usage, t)
+        if vf_cards:
+            self._vf_nodes.add(node)
+        else:
+            self._vf_nodes.discard(node)
         self._touch(row)
 
     def _set_holding(self, holding: Holding) -> None:

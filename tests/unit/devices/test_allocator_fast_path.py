@@ -178,8 +178,11 @@ scorers = st.builds(
 )
 
 
-def covered(request: DeviceRequest, honor_or_table: bool) -> bool:
-    """The requests the fast path must answer (independent of ``plain_gpu_request``)."""
+def covered(request: DeviceRequest, honor_or_table: bool, scope_tree: bool = False) -> bool:
+    """The requests the fast path must answer (independent of ``plain_gpu_request``): not on
+    nodes whose GPUs all report topology (Koordinator's scope tree chooses there)."""
+    if scope_tree:
+        return False
     if request.device_types != (DEVICE_GPU,) or request.joint_types or request.gpushare_units:
         return False
     hint = request.hints.get(DEVICE_GPU)
@@ -207,7 +210,8 @@ def test_fast_path_equals_allocate(node: tuple[NodeDeviceLedger, str], gpu_req: 
     assert request is not None
     fast, ref = both(ledger, name, request, scorer)
     meta = ledger.node_meta(name)
-    if covered(request, meta.honor_partitions or meta.partitions is not None):
+    if covered(request, meta.honor_partitions or meta.partitions is not None,
+               meta.gpu_scope_tree):
         assert fast is not None
     event("fell back" if fast is None else "cards" if isinstance(fast, list)
           else f"status {fast.code.label}")
