@@ -89,7 +89,7 @@ def _vf_of(annotation: str) -> list[tuple[int, str]]:
 
 
 def test_reserve_writes_the_vf_and_the_next_pod_gets_the_next_vf() -> None:
-    plugin, snapshot = plugin_of([_nic_node()])
+    plugin, _ = plugin_of([_nic_node()])
     first, second = (gpu_pod(n, {"koordinator.sh/rdma": 1}, VF_HINT).build() for n in "ab")
     s1, _ = prefilter(plugin, first)
     assert plugin.reserve(s1, first, "n") is None
@@ -165,20 +165,19 @@ def test_a_pending_pods_malformed_allocation_is_one_clear_error() -> None:
     )
 
 
-def _koordinator_node_with_gpu5_used(**extra: Any) -> tuple[Any, Any]:
+def _koordinator_node_with_gpu5_used() -> tuple[Any, Any]:
     cr = Device.from_dict(FIXTURE["devices"]["device-1"])
     used = bound(gpu_pod("used", {"nvidia.com/gpu": 1}), "test-node-1",
                  gpu_alloc(5, 100, 85198045184, 100))
-    return plugin_of([cr], [used], **extra)
+    return plugin_of([cr], [used])
 
 
 def test_topology_binpack_without_any_hint() -> None:
     """TestAllocateByTopology's node (GPU 5 used, on NUMA 1 / PCIe 2) without hints or a
     joint rule: GPU 4, beside the used one, as Koordinator's GPU allocator places it."""
-    for annotations in ({}, {ANNOTATION_DEVICE_ALLOCATE_HINT:
-                             '{"gpu":{"exclusivePolicy":"PCIeLevel"}}'}):
+    for hints in ({}, {ANNOTATION_DEVICE_ALLOCATE_HINT: '{"gpu":{"exclusivePolicy":"PCIeLevel"}}'}):
         plugin, _ = _koordinator_node_with_gpu5_used()
-        pod = gpu_pod("p", {"nvidia.com/gpu": 1}, annotations).build()
+        pod = gpu_pod("p", {"nvidia.com/gpu": 1}, hints).build()
         state, _ = prefilter(plugin, pod)
         assert plugin.reserve(state, pod, "test-node-1") is None
         entry = plugin.entry(state)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from pathlib import Path
 from typing import Any
 
 FUNCS = {
@@ -104,7 +105,7 @@ def _cases(text: str, func: str, variables: dict[str, Any]) -> list[dict[str, An
 
 def main() -> None:
     dat, agt, commit = sys.argv[1], sys.argv[2], sys.argv[3]
-    texts = {p: open(p).read() for p in (dat, agt)}
+    texts = {p: Path(p).read_text() for p in (dat, agt)}
     variables = _vars(texts[dat])
     devices: dict[str, Any] = {}
     cases = []
