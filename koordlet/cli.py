@@ -225,6 +225,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         on_denied=agent.deny,
         on_kubelet_devices=agent.kubelet_devices,
         admission=agent.admission,
+        sysfs_root=args.sysfs_root,
     )
     if hooks is not None:
         agent.add_service(hooks)
