@@ -63,7 +63,7 @@ from scheduler.devices.request import (
     DeviceRequest,
     TypeRequest,
 )
-from scheduler.devices.scopetree import choose_by_scope, has_scope_tree
+from scheduler.devices.scopetree import choose_by_scope, choose_minors, has_scope_tree
 from scheduler.devices.scoring import Scorer
 from scheduler.devices.table import SHARE
 from scheduler.devices.topology import (
@@ -343,8 +343,6 @@ def plain_gpu_request(request: DeviceRequest, meta: NodeMeta) -> TypeRequest | N
         return None
     if not treq.shared and (treq.count > 1 or uses_partitions(meta, request.partition)):
         return None
-    if meta.gpu_scope_tree:
-        return None
     return treq
 
 
@@ -387,7 +385,9 @@ def allocate_plain(
         ranked.append((-score, minors[col], amounts))
     if len(ranked) < treq.count:
         return unschedulable(insufficient(DEVICE_GPU))
-    if treq.count == 1:
+    if ledger.node_meta(node).gpu_scope_tree and (not treq.shared or treq.count <= 1):
+        ranked = _by_scope_tree(ledger, node, request, treq, ranked, exists)
+    elif treq.count == 1:
         ranked = [min(ranked)]
     else:
         ranked.sort()
@@ -405,6 +405,39 @@ def allocate_plain(
         )
         for _, minor, amounts in ranked
     ]
+
+
+def _by_scope_tree(
+    ledger: NodeDeviceLedger,
+    node: str,
+    request: DeviceRequest,
+    treq: TypeRequest,
+    ranked: list[tuple[int, int, tuple[int, int, int]]],
+    exists: list[bool],
+) -> list[tuple[int, int, tuple[int, int, int]]]:
+    """``allocate_plain``'s choice on a node whose GPUs all report topology: the scope tree
+    over the row (``scopetree.choose_minors``, as ``allocate`` runs it)."""
+    row = ledger.row_of(node)
+    assert row is not None
+    minors = ledger.minors(node, DEVICE_GPU)
+    used_row: IntArray = ledger.table(DEVICE_GPU).used[:, row, : len(minors)]
+    in_use: list[bool] = np.any(used_row != 0, axis=0).tolist()
+    layout: list[tuple[int, int, str]] = []
+    used: set[int] = set()
+    for col, minor in enumerate(minors):
+        meta = ledger.card_meta(node, DEVICE_GPU, minor) if exists[col] else None
+        if meta is None or meta.topology is None:
+            continue
+        layout.append((minor, meta.topology.node_id, meta.topology.pcie_id))
+        if in_use[col]:
+            used.add(minor)
+    by_minor = {minor: entry for entry in ranked for minor in (entry[1],)}
+    hint = request.hints.get(DEVICE_GPU)
+    scope = hint.required_topology_scope if hint is not None else ""
+    chosen = choose_minors(tuple(layout), used, {m: -e[0] for m, e in by_minor.items()},
+                           treq.count, treq.shared, scope)
+    assert chosen is not None  # enough candidates: the node scope always answers
+    return [by_minor[m] for m in chosen]
 
 
 def _take(matrix: npt.NDArray[Any], rows: IntArray | slice) -> npt.NDArray[Any]:

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from apis.hints import SCOPE_NODE, SCOPE_NUMA_NODE, SCOPE_PCIE, TOPOLOGY_SCOPE_LEVEL
 from scheduler.devices.topology import CardView
 
-__all__ = ["choose_by_scope", "has_scope_tree"]
+__all__ = ["Layout", "choose_by_scope", "choose_minors", "has_scope_tree"]
 
 _NODE_LEVEL = TOPOLOGY_SCOPE_LEVEL[SCOPE_NODE]
 _NUMA_LEVEL = TOPOLOGY_SCOPE_LEVEL[SCOPE_NUMA_NODE]
@@ -55,13 +56,18 @@ def has_scope_tree(cards: Sequence[CardView]) -> bool:
     return bool(present) and all(c.topology is not None for c in present)
 
 
-def _tree(cards: Sequence[CardView]) -> _Scope:
+Layout = tuple[tuple[int, int, str], ...]
+"""(minor, NUMA node, PCIe id) of each GPU: all a tree depends on."""
+
+
+@lru_cache(maxsize=4096)
+def _tree(layout: Layout) -> _Scope:
+    """The scope tree of a layout (cached: a node's layout changes only with its CR; the tree
+    is never mutated)."""
     numas: dict[int, dict[str, list[int]]] = {}
-    for c in cards:
-        topo = c.topology
-        assert topo is not None
-        numas.setdefault(topo.node_id, {}).setdefault(topo.pcie_id, []).append(c.minor)
-    root = _Scope(_NODE_LEVEL, sorted(c.minor for c in cards))
+    for minor, node_id, pcie in layout:
+        numas.setdefault(node_id, {}).setdefault(pcie, []).append(minor)
+    root = _Scope(_NODE_LEVEL, sorted(minor for minor, _, _ in layout))
     for numa_id in sorted(numas):
         pcies = numas[numa_id]
         numa = _Scope(_NUMA_LEVEL, sorted(m for ms in pcies.values() for m in ms))
@@ -82,9 +88,26 @@ def choose_by_scope(
     scope tree of ``all_cards`` (the node's GPUs, each with topology); None when no scope
     allowed by ``required_scope`` has enough candidates."""
     present = [c for c in all_cards if c.exists]
-    used = {c.minor for c in present if c.in_use}
+    layout = tuple(
+        (c.minor, c.topology.node_id, c.topology.pcie_id) for c in present if c.topology
+    )
+    used = frozenset(c.minor for c in present if c.in_use)
+    scores = {m: score(c) for m, c in fits.items()} if shared else dict.fromkeys(fits, 0)
+    chosen = choose_minors(layout, used, scores, count, shared, required_scope)
+    return None if chosen is None else [fits[m] for m in chosen]
+
+
+def choose_minors(
+    layout: Layout,
+    used: frozenset[int] | set[int],
+    fits: Mapping[int, int],
+    count: int,
+    shared: bool,
+    required_scope: str,
+) -> tuple[int, ...] | None:
+    """``choose_by_scope`` on minors: ``layout`` the node's GPUs, ``used`` those with
+    something in use, ``fits`` the candidates and their card scores (read when ``shared``)."""
     required_level = TOPOLOGY_SCOPE_LEVEL.get(required_scope, 0)
-    scores: dict[int, int] = {}
     want = 1 if shared else count
 
     def leaf(scope: _Scope, depth: int, not_empty: int) -> _Answer | None:
@@ -93,17 +116,14 @@ def choose_by_scope(
         picked: list[int] = []
         best_minor, best_score = -1, -1
         for minor in scope.minors:
-            card = fits.get(minor)
-            if card is None:
+            s = fits.get(minor)
+            if s is None:
                 continue
             if not shared:
                 picked.append(minor)
                 if len(picked) == want:
                     return _Answer(tuple(picked), depth, not_empty, -1)
                 continue
-            s = scores.get(minor)
-            if s is None:
-                s = scores[minor] = score(card)
             if s > best_score:
                 best_minor, best_score = minor, s
         if shared and best_minor >= 0:
@@ -133,7 +153,5 @@ def choose_by_scope(
             return best
         return leaf(scope, depth, not_empty)
 
-    answer = visit(_tree(present), 0, 0)
-    if answer is None:
-        return None
-    return [fits[m] for m in answer.minors]
+    answer = visit(_tree(layout), 0, 0)
+    return None if answer is None else answer.minors
