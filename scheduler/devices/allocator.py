@@ -20,17 +20,23 @@ Per requested device type (gpu, rdma, fpga in that order):
 3. fewer candidates than devices needed: Unschedulable ``Insufficient <type> devices``;
 4. the choice: whole GPUs on a node with a partition table, a ``Honor`` policy, or for a pod
    with a ``gpu-partition-spec`` go by the table first (``partitions.choose_partition``;
-   honoring nodes fail with its reasons, others fall through); a GPU
-   ``requiredTopologyScope`` must hold (else ``Insufficient Topology Scoped GPU Devices``);
-   several whole GPUs go by the interconnect on nodes that publish one
-   (``interconnect.choose_connected``: NVLink first, then PCIe/NUMA locality), else by
-   PCIe/NUMA (``topology.choose_whole``); otherwise by the scoring strategy's card score
-   (binpack or spread), ties to the lowest minor.
+   honoring nodes fail with its reasons, others fall through); several whole GPUs on a node
+   that publishes its interconnect go by it (``interconnect.choose_connected``: NVLink first);
+   otherwise, on a node whose GPUs all report topology, GPUs go by Koordinator's scope tree
+   (``scopetree``: beside the GPUs in use, tightest scope first; a ``requiredTopologyScope``
+   must hold, else ``Insufficient Topology Scoped GPU Devices``); elsewhere a scope goes by
+   ``topology.choose_scoped``, several whole GPUs by PCIe/NUMA (``topology.choose_whole``);
+   everything else (NICs, FPGAs) by the card score (binpack or spread), ties to the lowest
+   minor — a card giving a VF when the hint has a ``vfSelector`` (``vfs.choose_vf``; a node
+   without VF groups of the type: UnschedulableAndUnresolvable ``Insufficient <type>
+   VirtualFunctions``), only designated cards and VFs for a pod whose own ``device-allocated``
+   names VFs (Koordinator #2807).
 
 Joint allocation (``device-joint-allocate``): the primary type first, then each secondary
-type preferring cards on the primary's PCIe switches (at least one per switch with
-``SamePCIe``), and with ``SamePCIe`` the switch sets must be equal, else Unschedulable
-``node(s) Device Joint-Allocate rules violation``.
+type with the cards on the primary's PCIe switches first, round-robin over the switches
+(Koordinator's ``sortDeviceResourcesByPreferredPCIe``), up to one per switch (or the count
+asked for), at least one per switch with ``SamePCIe``; with ``SamePCIe`` the switch sets must
+be equal, else Unschedulable ``node(s) Device Joint-Allocate rules violation``.
 
 Invariants: ``allocate`` is deterministic and never mutates anything; ``allocate_plain``
 returns exactly what ``allocate`` over ``node_view`` would, or None; ``card_taken`` is True
