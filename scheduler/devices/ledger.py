@@ -64,10 +64,10 @@ import structlog
 from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, AllocationReading, read_allocations
 from apis.checkpoint import CheckpointError
 from apis.core import Pod
-from apis.device import Device, DeviceInfo
+from apis.device import Device
 from apis.gpushare import GPUShareDecodeError, MemoryUnit
 from apis.partition import POLICY_HONOR
-from apis.resources import DEVICE_GPU, DEVICE_TYPES
+from apis.resources import DEVICE_TYPES
 from apis.topology import GPUTopology, TopologyDecodeError
 from scheduler.devices.request import (
     ANNOTATION,
@@ -81,6 +81,7 @@ from scheduler.devices.request import (
     gpushare_uses,
     held_uses,
 )
+from scheduler.devices.scopetree import device_has_scope_tree
 from scheduler.devices.table import CardTable, RowCards, accumulate, card_views
 from scheduler.devices.topology import NO_NODE_META, CardMeta, CardView, NodeMeta, NodeView
 from scheduler.devices.vfs import vfs_held
@@ -475,12 +476,7 @@ class NodeDeviceLedger:
             log.warning("malformed gpu-partitions annotation", node=device.name, error=str(err))
             table = None
         honor = device.gpu_partition_policy == POLICY_HONOR
-        # The GPUs the row lays out (the first of each minor) all report topology.
-        first: dict[int, DeviceInfo] = {}
-        for d in device.devices_of_type(DEVICE_GPU):
-            if d.minor is not None:
-                first.setdefault(d.minor, d)
-        tree = bool(first) and all(d.topology is not None for d in first.values())
+        tree = device_has_scope_tree(device)
         if not topology and table is None and not honor and not tree:
             return NO_NODE_META
         return NodeMeta(topology, table or None, honor, tree)

@@ -25,10 +25,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from apis.device import Device, DeviceInfo
 from apis.hints import SCOPE_NODE, SCOPE_NUMA_NODE, SCOPE_PCIE, TOPOLOGY_SCOPE_LEVEL
+from apis.resources import DEVICE_GPU
 from scheduler.devices.topology import CardView
 
-__all__ = ["Layout", "choose_by_scope", "choose_minors", "has_scope_tree"]
+__all__ = [
+    "Layout",
+    "choose_by_scope",
+    "choose_minors",
+    "device_has_scope_tree",
+    "has_scope_tree",
+]
 
 _NODE_LEVEL = TOPOLOGY_SCOPE_LEVEL[SCOPE_NODE]
 _NUMA_LEVEL = TOPOLOGY_SCOPE_LEVEL[SCOPE_NUMA_NODE]
@@ -48,6 +56,16 @@ class _Answer:
     depth: int
     not_empty: int
     score: int
+
+
+def device_has_scope_tree(device: Device) -> bool:
+    """``has_scope_tree`` of the GPUs a ledger row lays out from ``device`` (the first entry
+    of each minor): ``NodeMeta.gpu_scope_tree``."""
+    first: dict[int, DeviceInfo] = {}
+    for d in device.devices_of_type(DEVICE_GPU):
+        if d.minor is not None:
+            first.setdefault(d.minor, d)
+    return bool(first) and all(d.topology is not None for d in first.values())
 
 
 def has_scope_tree(cards: Sequence[CardView]) -> bool:
