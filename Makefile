@@ -15,10 +15,12 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 ## demo: schedule the demo cluster in the embedded simulator and print the placement table,
-## then the preemption demo and the interconnect demo (partition tables, NVLink, a gang)
+## then the preemption demo, the RDMA demo (GPUs with SR-IOV VFs) and the interconnect demo
+## (partition tables, NVLink, a gang)
 demo: $(STAMP)
 	$(BIN)/koord-scheduler simulate config/examples/demo-cluster.yaml
 	$(BIN)/koord-scheduler simulate config/examples/demo-preemption.yaml
+	$(BIN)/koord-scheduler simulate config/examples/demo-rdma.yaml
 	$(BIN)/koord-scheduler simulate config/examples/demo-topology.yaml \
 		--config config/examples/demo-topology-config.yaml
 

@@ -461,6 +461,8 @@ CardKey = tuple[str, int]
 """(device type, minor)."""
 CardAmounts = tuple[str, int, tuple[tuple[str, int], ...]]
 """(device type, minor, resources as (name, integer amount) sorted by name)."""
+CardVFs = tuple[str, int, tuple[tuple[int, str], ...]]
+"""(device type, minor, the virtual functions an entry names as (VF minor, bus id))."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -475,6 +477,9 @@ class AllocationReading:
     """The annotation does not decode: every card of the pod's node is held whole."""
     problems: tuple[str, ...] = ()
     """Why it is invalid, one line per problem (empty: valid)."""
+    vfs: tuple[CardVFs, ...] = ()
+    """The virtual functions each valid entry names (``extension.vfs``), entries without
+    any left out: who holds which VF of an SR-IOV NIC."""
 
     @property
     def valid(self) -> bool:
@@ -499,6 +504,7 @@ def read_allocations(text: str) -> AllocationReading:
         reason = err.message.removeprefix(f"invalid {ANNOTATION_DEVICE_ALLOCATED} annotation: ")
         return AllocationReading(unreadable=True, problems=(reason,))
     amounts: dict[CardKey, CardAmounts] = {}
+    vfs: dict[CardKey, CardVFs] = {}
     whole: dict[CardKey, None] = {}
     problems: list[str] = []
     for device_type, allocations in decoded.items():
@@ -521,6 +527,7 @@ def read_allocations(text: str) -> AllocationReading:
             if found:
                 problems.extend(found)
                 amounts.pop(key, None)
+                vfs.pop(key, None)
                 whole[key] = None
             else:
                 amounts[key] = (
@@ -528,7 +535,12 @@ def read_allocations(text: str) -> AllocationReading:
                     a.minor,
                     tuple(sorted((n, a.resource_value(n)) for n in a.resources)),
                 )
-    return AllocationReading(tuple(amounts.values()), tuple(whole), False, tuple(problems))
+                if a.extension is not None and a.extension.vfs:
+                    named = tuple((vf.minor, vf.bus_id) for vf in a.extension.vfs)
+                    vfs[key] = (device_type, a.minor, named)
+    return AllocationReading(
+        tuple(amounts.values()), tuple(whole), False, tuple(problems), tuple(vfs.values())
+    )
 
 
 def held_amounts(

@@ -40,6 +40,7 @@ from apis.device import Device
 from koordlet.admission import POD_REASON, GPUAdmission, PodFailer, PodStatusAPI, Refusal, gpu_cards
 from koordlet.devices.health import HealthTracker, HealthWatcher, probe_all
 from koordlet.devices.library import GPU, DeviceLibrary, Discovery
+from koordlet.devices.rdma import discover_rdma
 from koordlet.events import EventAPI, EventRecorder
 from koordlet.kubelet.checkpoint import DEFAULT_KUBELET_ROOT, CheckpointReader
 from koordlet.kubelet.deviceids import normalize_entries
@@ -77,8 +78,12 @@ class Service(Protocol):
 class NodeInventory:
     """The node's discovered cards and their health."""
 
-    def __init__(self, library: DeviceLibrary) -> None:
+    def __init__(
+        self, library: DeviceLibrary, sysfs_root: str | os.PathLike[str] | None = None
+    ) -> None:
         self.library = library
+        self.sysfs_root = sysfs_root
+        """Where RDMA NICs are discovered (``koordlet.devices.rdma``); None: no RDMA."""
         self.discovery = Discovery()
         self.tracker = HealthTracker(())
         self._opened = False
@@ -104,6 +109,8 @@ class NodeInventory:
             health=self.tracker.snapshot(),
             driver_version=self.discovery.driver_version,
             topology=self.discovery.topology,
+            # Re-read each time: port states (health) and VF counts change at run time.
+            nics=discover_rdma(self.sysfs_root) if self.sysfs_root is not None else (),
         )
 
     def close(self) -> None:
@@ -118,9 +125,10 @@ def report_once(
     kubelet_root: str | os.PathLike[str] = DEFAULT_KUBELET_ROOT,
     clock: Callable[[], datetime] = _utcnow,
     gpu_resources: GPUResourceNames = DEFAULT_GPU_RESOURCES,
+    sysfs_root: str | os.PathLike[str] | None = None,
 ) -> Device:
     """The Device CR the agent would write now (no API server: every GPU entry is kept)."""
-    inventory = NodeInventory(library)
+    inventory = NodeInventory(library, sysfs_root)
     inventory.open()
     try:
         snapshot = inventory.snapshot()
@@ -154,11 +162,12 @@ class Agent:
         watch_checkpoint: bool = True,
         gpu_resources: GPUResourceNames = DEFAULT_GPU_RESOURCES,
         status_api: PodStatusAPI | None = None,
+        sysfs_root: str | os.PathLike[str] | None = None,
     ) -> None:
         self.node_name = node_name
         self.sync_interval_s = sync_interval_s
         self.metrics = KoordletMetrics(registry)
-        self.inventory = NodeInventory(library)
+        self.inventory = NodeInventory(library, sysfs_root)
         self.checkpoint = CheckpointReader(kubelet_root, on_error=self.metrics.checkpoint_error)
         self.pods = PodCache(pod_getter)
         self.events = EventRecorder(event_api, node_name) if event_api is not None else None

@@ -151,6 +151,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         _library(args),
         args.kubelet_root,
         gpu_resources=_gpu_resources(args),
+        sysfs_root=args.sysfs_root,
     )
     doc = device.to_dict()
     if args.output == "json":
@@ -207,6 +208,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         event_api=api,
         gpu_resources=gpu_resources,
         status_api=api,
+        sysfs_root=args.sysfs_root,
     )
     fairshare = _fairshare(args, node_name, api, registry, agent_ref, interval)
     if fairshare is not None:
@@ -225,6 +227,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         on_denied=agent.deny,
         on_kubelet_devices=agent.kubelet_devices,
         admission=agent.admission,
+        sysfs_root=args.sysfs_root,
     )
     if hooks is not None:
         agent.add_service(hooks)
@@ -430,7 +433,7 @@ def _common(p: argparse.ArgumentParser) -> None:
         "--sysfs-root",
         metavar="DIR",
         default=DEFAULT_SYSFS_ROOT,
-        help=f"sysfs mount for PCI topology (default {DEFAULT_SYSFS_ROOT})",
+        help=f"sysfs mount for PCI topology and RDMA NICs (default {DEFAULT_SYSFS_ROOT})",
     )
     p.add_argument(
         "--log-format", choices=("json", "console"), default="json", help="log format on stderr"

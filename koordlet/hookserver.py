@@ -179,9 +179,11 @@ class HookService:
         on_denied: OnDenied | None = None,
         on_kubelet_devices: OnKubeletDevices | None = None,
         admission: GPUAdmission | None = None,
+        sysfs_root: str | os.PathLike[str] | None = None,
     ) -> None:
         from runtimehooks.hooks import new_default_registry
         from runtimehooks.hooks.gpu import GPUHookOptions
+        from runtimehooks.hooks.rdma import RDMAHook
 
         self.socket_path = Path(socket_path)
         self.hook_dir = Path(hook_dir) if os.fspath(hook_dir) else None
@@ -193,6 +195,10 @@ class HookService:
             observer=_Observer(observe),
             fairshare=(
                 _fairshare_hook(fairshare, ports.get("denials")) if fairshare is not None else None
+            ),
+            rdma=(
+                RDMAHook(sysfs_root, denials=ports.get("denials"))
+                if sysfs_root is not None else None
             ),
             **ports,
         )
@@ -245,6 +251,7 @@ def hook_service(
     on_denied: OnDenied | None = None,
     on_kubelet_devices: OnKubeletDevices | None = None,
     admission: GPUAdmission | None = None,
+    sysfs_root: str | os.PathLike[str] | None = None,
 ) -> HookService | None:
     """The hook service, or None when disabled (empty socket) or unavailable (logged)."""
     if not socket_path:
@@ -261,6 +268,7 @@ def hook_service(
             on_denied=on_denied,
             on_kubelet_devices=on_kubelet_devices,
             admission=admission,
+            sysfs_root=sysfs_root,
         )
     except ImportError as exc:
         log.warning("runtime hook server unavailable: running without it", error=str(exc))

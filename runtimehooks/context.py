@@ -28,6 +28,7 @@ __all__ = [
     "ContainerMeta",
     "HookInputError",
     "HugepageLimit",
+    "LinuxDevice",
     "PodMeta",
     "PodSandboxContext",
     "Resources",
@@ -94,6 +95,17 @@ class Resources:
 
 
 @dataclass(frozen=True, slots=True)
+class LinuxDevice:
+    """A device node to add to a container (OCI ``LinuxDevice``: path, type, numbers, mode)."""
+
+    path: str
+    major: int
+    minor: int
+    type: str = "c"
+    file_mode: int = 0o666
+
+
+@dataclass(frozen=True, slots=True)
 class ContainerContext:
     """One container RPC's request, as hooks see it; the response is built from it."""
 
@@ -106,6 +118,8 @@ class ContainerContext:
     container_resources: Resources | None = None
     pod_resources: Resources | None = None
     pod_cgroup_parent: str = ""
+    devices: tuple[LinuxDevice, ...] = ()
+    """Device nodes the hooks add to the container (the RDMA hook's)."""
 
     def __post_init__(self) -> None:
         for name in ("pod_labels", "pod_annotations", "container_annotations", "container_envs"):

@@ -72,6 +72,7 @@ from apis.resources import (
 )
 from apis.topology import ANNOTATION_GPU_TOPOLOGY, GPUTopology
 from koordlet.devices.library import GPU, HEALTHY, Health
+from koordlet.devices.rdma import NIC, rdma_device_info
 from koordlet.pods.record import PodRecord
 from koordlet.reporting.partitions import derive_partitions
 
@@ -158,6 +159,8 @@ class Inventory:
     health: Mapping[str, Health] = field(default_factory=dict)
     driver_version: str = ""
     topology: GPUTopology = field(default_factory=GPUTopology)
+    nics: tuple[NIC, ...] = ()
+    """RDMA NICs and their SR-IOV VFs (``koordlet.devices.rdma``)."""
 
     def health_of(self, uuid: str) -> Health:
         return self.health.get(uuid, HEALTHY)
@@ -284,7 +287,7 @@ def desired_device(
             for g in inventory.gpus
         ),
         key=_device_sort_key,
-    )
+    ) + sorted((rdma_device_info(n) for n in inventory.nics), key=_device_sort_key)
     published = published_entries(entries, pods, gpu_resources)
     annotations = (
         {ANNOTATION_DEVICES_CHECKPOINTS: encode_devices_checkpoints(published)} if published else {}

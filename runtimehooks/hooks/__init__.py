@@ -1,7 +1,8 @@
 """The node agent's runtime hooks and the default wiring of them.
 
 Role: ``new_default_registry`` is what ``koordlet run`` registers: the GPU hook at
-PreCreateContainer, and after it the fair-share (Gemini) hook when the agent serves one.
+PreCreateContainer, the RDMA hook (when the agent gives it a sysfs root), and after them the
+fair-share (Gemini) hook when the agent serves one.
 Each hook lives in its own module and depends only on ``runtimehooks.context`` and ``apis``
 (never on protobuf or grpc).
 
@@ -14,6 +15,8 @@ from runtimehooks.hooks.fairshare import HOOK_NAME as FAIRSHARE_HOOK_NAME
 from runtimehooks.hooks.fairshare import FairShareHook
 from runtimehooks.hooks.gpu import HOOK_NAME as GPU_HOOK_NAME
 from runtimehooks.hooks.gpu import GPUHook, GPUHookOptions
+from runtimehooks.hooks.rdma import HOOK_NAME as RDMA_HOOK_NAME
+from runtimehooks.hooks.rdma import RDMAHook
 from runtimehooks.ports import DenialSink, KubeletDeviceSink, PodAdmission, PodSource
 from runtimehooks.registry import FailurePolicy, HookObserver, HookRegistry, Stage
 
@@ -30,6 +33,7 @@ def new_default_registry(
     denials: DenialSink | None = None,
     kubelet_devices: KubeletDeviceSink | None = None,
     admission: PodAdmission | None = None,
+    rdma: RDMAHook | None = None,
 ) -> HookRegistry:
     """A registry with the default hooks: the GPU hook at PreCreateContainer (per container
     and failing closed when ``pods`` is given, see ``runtimehooks.hooks.gpu``)."""
@@ -38,6 +42,10 @@ def new_default_registry(
         gpu, pods=pods, denials=denials, kubelet_devices=kubelet_devices, admission=admission
     )
     registry.register_container_hook(Stage.PRE_CREATE_CONTAINER, GPU_HOOK_NAME, hook, gpu_policy)
+    if rdma is not None:  # fails closed itself: no device rather than a wrong one
+        registry.register_container_hook(
+            Stage.PRE_CREATE_CONTAINER, RDMA_HOOK_NAME, rdma, FailurePolicy.FAIL
+        )
     if fairshare is not None:  # fail closed: an opted-in pod is never run unthrottled
         registry.register_container_hook(
             Stage.PRE_CREATE_CONTAINER, FAIRSHARE_HOOK_NAME, fairshare, FailurePolicy.FAIL

@@ -14,6 +14,10 @@ rather than keep their own picture. Layout, by concern:
   and the PCIe/NUMA choice;
 - ``interconnect``: the NVLink-aware choice of several whole GPUs and a set's connectivity
   score (``choose_connected``, ``set_score``; ``docs/topology.md``);
+- ``scopetree``: Koordinator's GPU scope tree (node, NUMA nodes, PCIe switches): beside the
+  GPUs in use, tightest scope first, ``requiredTopologyScope`` (``choose_by_scope``);
+- ``vfs``: the SR-IOV VF a NIC gives a pod with a ``vfSelector`` (``choose_vf``) and the VFs
+  holders hold (``vfs_held``; ``NodeView.vfs_taken``);
 - ``partitions``: the choice by GPU partition table (``choose_partition``: Honor/Prefer,
   Restricted/BestEffort, Koordinator's reasons);
 - ``scoring``: card and node scores (``Scorer``: LeastAllocated / MostAllocated, weights);

@@ -20,17 +20,23 @@ Per requested device type (gpu, rdma, fpga in that order):
 3. fewer candidates than devices needed: Unschedulable ``Insufficient <type> devices``;
 4. the choice: whole GPUs on a node with a partition table, a ``Honor`` policy, or for a pod
    with a ``gpu-partition-spec`` go by the table first (``partitions.choose_partition``;
-   honoring nodes fail with its reasons, others fall through); a GPU
-   ``requiredTopologyScope`` must hold (else ``Insufficient Topology Scoped GPU Devices``);
-   several whole GPUs go by the interconnect on nodes that publish one
-   (``interconnect.choose_connected``: NVLink first, then PCIe/NUMA locality), else by
-   PCIe/NUMA (``topology.choose_whole``); otherwise by the scoring strategy's card score
-   (binpack or spread), ties to the lowest minor.
+   honoring nodes fail with its reasons, others fall through); several whole GPUs on a node
+   that publishes its interconnect go by it (``interconnect.choose_connected``: NVLink first);
+   otherwise, on a node whose GPUs all report topology, GPUs go by Koordinator's scope tree
+   (``scopetree``: beside the GPUs in use, tightest scope first; a ``requiredTopologyScope``
+   must hold, else ``Insufficient Topology Scoped GPU Devices``); elsewhere a scope goes by
+   ``topology.choose_scoped``, several whole GPUs by PCIe/NUMA (``topology.choose_whole``);
+   everything else (NICs, FPGAs) by the card score (binpack or spread), ties to the lowest
+   minor — a card giving a VF when the hint has a ``vfSelector`` (``vfs.choose_vf``; a node
+   without VF groups of the type: UnschedulableAndUnresolvable ``Insufficient <type>
+   VirtualFunctions``), only designated cards and VFs for a pod whose own ``device-allocated``
+   names VFs (Koordinator #2807).
 
 Joint allocation (``device-joint-allocate``): the primary type first, then each secondary
-type preferring cards on the primary's PCIe switches (at least one per switch with
-``SamePCIe``), and with ``SamePCIe`` the switch sets must be equal, else Unschedulable
-``node(s) Device Joint-Allocate rules violation``.
+type with the cards on the primary's PCIe switches first, round-robin over the switches
+(Koordinator's ``sortDeviceResourcesByPreferredPCIe``), up to one per switch (or the count
+asked for), at least one per switch with ``SamePCIe``; with ``SamePCIe`` the switch sets must
+be equal, else Unschedulable ``node(s) Device Joint-Allocate rules violation``.
 
 Invariants: ``allocate`` is deterministic and never mutates anything; ``allocate_plain``
 returns exactly what ``allocate`` over ``node_view`` would, or None; ``card_taken`` is True
@@ -42,7 +48,7 @@ partition table only removes choices).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import numpy as np
@@ -58,10 +64,12 @@ from scheduler.devices.request import (
     GPU_MEMORY_INDEX,
     GPU_RATIO_INDEX,
     RESOURCES_BY_TYPE,
+    VF,
     CardUse,
     DeviceRequest,
     TypeRequest,
 )
+from scheduler.devices.scopetree import choose_by_scope, choose_minors, has_scope_tree
 from scheduler.devices.scoring import Scorer
 from scheduler.devices.table import SHARE
 from scheduler.devices.topology import (
@@ -71,6 +79,7 @@ from scheduler.devices.topology import (
     choose_scoped,
     choose_whole,
 )
+from scheduler.devices.vfs import choose_vf, has_vfs, needs_vf
 from scheduler.framework.status import Status, unresolvable, unschedulable
 from scheduler.framework.types import BoolArray, IntArray
 
@@ -130,7 +139,9 @@ def gpu_amounts(
     return (core, ratio, memory)
 
 
-def _use(treq: TypeRequest, card: CardView, amounts: tuple[int, ...]) -> CardUse:
+def _use(
+    treq: TypeRequest, card: CardView, amounts: tuple[int, ...], vfs: tuple[VF, ...] = ()
+) -> CardUse:
     names = RESOURCES_BY_TYPE[treq.device_type]
     resources = {
         name: amount
@@ -138,12 +149,35 @@ def _use(treq: TypeRequest, card: CardView, amounts: tuple[int, ...]) -> CardUse
         if not (treq.device_type == DEVICE_GPU and i == GPU_CORE_INDEX)
         or treq.requested[GPU_CORE_INDEX]
     }
-    return CardUse.of(treq.device_type, card.minor, resources)
+    return CardUse.of(treq.device_type, card.minor, resources, vfs)
 
 
 def _pcie(card: CardView) -> str | None:
     topo = card.topology
     return topo.pcie_id if topo is not None else None
+
+
+def _round_robin(
+    cands: Sequence[CardView], rank: Callable[[CardView], tuple[int, int]],
+    preferred: frozenset[str],
+) -> list[CardView]:
+    """Koordinator's ``sortDeviceResourcesByPreferredPCIe``: the first card of each preferred
+    switch, then the second of each..., each round by score and minor; then the others."""
+    ordered = sorted(cands, key=rank)
+    if not preferred:
+        return ordered
+    groups: dict[str, list[CardView]] = {}
+    rest: list[CardView] = []
+    for c in ordered:
+        pcie = _pcie(c)
+        if pcie is not None and pcie in preferred:
+            groups.setdefault(pcie, []).append(c)
+        else:
+            rest.append(c)
+    out: list[CardView] = []
+    for i in range(max((len(g) for g in groups.values()), default=0)):
+        out.extend(sorted((g[i] for g in groups.values() if i < len(g)), key=rank))
+    return out + rest
 
 
 def _allocate_type(
@@ -153,12 +187,16 @@ def _allocate_type(
     scorer: Scorer,
     preferred: frozenset[str] = frozenset(),
     minimum: int = 0,
+    most: int = 0,
 ) -> list[CardUse] | Status:
     t = treq.device_type
     cards = [c for c in view.cards.get(t, ()) if c.exists]
     hint = request.hints.get(t)
     if hint is not None and hint.selector is not None:
         cards = [c for c in cards if hint.matches(c.labels)]
+    designated = request.designated.get(t)
+    if designated is not None:
+        cards = [c for c in cards if c.minor in designated]
     count = treq.count if treq.count > 0 else len(cards)
     if count == 0:
         return unresolvable(insufficient(t))
@@ -185,29 +223,56 @@ def _allocate_type(
         return unschedulable(ERR_TOPOLOGY_SCOPED if scoped else insufficient(t))
     scores = {c.minor: scorer.card_score(t, c, amounts[c.minor]) for c in cands}
 
-    def order(c: CardView) -> tuple[bool, int, int]:
-        return (_pcie(c) not in preferred, -scores[c.minor], c.minor)
+    def rank(c: CardView) -> tuple[int, int]:
+        return (-scores[c.minor], c.minor)
 
     def binpack(c: CardView) -> tuple[bool, int, int]:
         # gpushare's rule, exactly (SPEC §10): the card with the least free memory that still
         # fits, per card (heterogeneous cards compare their own free memory).
         return (False, c.free[GPU_MEMORY_INDEX], c.minor)
 
-    key = binpack if request.gpushare_units and t == DEVICE_GPU else order
-
+    gpushare = bool(request.gpushare_units) and t == DEVICE_GPU
+    topology = view.meta.gpu_topology
+    if chosen is None and whole and count > 1 and topology and not preferred and not scoped:
+        chosen = choose_connected(cands, all_cards, count, topology)
+    if chosen is None and t == DEVICE_GPU and not gpushare and has_scope_tree(all_cards) \
+            and (whole or treq.count <= 1):
+        # Koordinator's GPU allocator: the scope tree (binpack, tightest scope first).
+        chosen = choose_by_scope(all_cards, {c.minor: c for c in cands}, count, not whole,
+                                 scope, lambda c: scores[c.minor])
+        if chosen is None:
+            return unschedulable(ERR_TOPOLOGY_SCOPED if scoped else insufficient(t))
     if chosen is None and scoped:
+        key = binpack if gpushare else (lambda c: (False, *rank(c)))
         chosen = choose_scoped(cands, all_cards, count, scope, whole, key)
         if chosen is None:
             return unschedulable(ERR_TOPOLOGY_SCOPED)
     if chosen is None and whole and count > 1 and not preferred:
-        topology = view.meta.gpu_topology
-        if topology:
-            chosen = choose_connected(cands, all_cards, count, topology)
-        else:
-            chosen = choose_whole(cands, all_cards, count)
-    if chosen is None:
-        chosen = sorted(cands, key=key)[:count]
-    return [_use(treq, c, amounts[c.minor]) for c in chosen]
+        chosen = choose_whole(cands, all_cards, count)
+    if chosen is None and gpushare:
+        chosen = sorted(cands, key=binpack)[:count]
+    if chosen is not None:
+        return [_use(treq, c, amounts[c.minor]) for c in chosen]
+    # Koordinator's defaultAllocateDevices: by score (preferred switches round-robin first),
+    # each card giving a VF when the hint asks for one, up to ``most`` cards.
+    want_vf = needs_vf(hint)
+    most = max(most, count)
+    uses: list[CardUse] = []
+    for c in _round_robin(cands, rank, preferred):
+        vfs: tuple[VF, ...] = ()
+        if want_vf:
+            assert hint is not None
+            only = designated.get(c.minor) if designated is not None else None
+            vf = choose_vf(c, hint, view.vfs_taken.get((t, c.minor), ()), only or None)
+            if vf is None:
+                continue
+            vfs = (vf,)
+        uses.append(_use(treq, c, amounts[c.minor], vfs))
+        if len(uses) == most:
+            break
+    if len(uses) < count:
+        return unschedulable(insufficient(t))
+    return uses
 
 
 def _pcies(view: NodeView, uses: Sequence[CardUse]) -> frozenset[str]:
@@ -224,6 +289,10 @@ def allocate(view: NodeView, request: DeviceRequest, scorer: Scorer) -> list[Car
     for treq in request.types:
         if not any(c.exists for c in view.cards.get(treq.device_type, ())):
             return unresolvable(insufficient(treq.device_type))
+    for treq in request.types:
+        t = treq.device_type
+        if needs_vf(request.hints.get(t)) and not has_vfs(view.cards.get(t, ())):
+            return unresolvable(f"Insufficient {t} VirtualFunctions")
     uses: list[CardUse] = []
     done: set[str] = set()
     if len(request.joint_types) >= 2:
@@ -238,8 +307,10 @@ def allocate(view: NodeView, request: DeviceRequest, scorer: Scorer) -> list[Car
         for t in request.joint_types[1:]:
             secondary = request.type_request(t)
             assert secondary is not None
+            # At least one card per switch of the primary with SamePCIe, at most that many
+            # (or the count asked for) either way (Koordinator's jointAllocate).
             minimum = len(pcies) if request.joint_same_pcie else 0
-            got = _allocate_type(view, request, secondary, scorer, pcies, minimum)
+            got = _allocate_type(view, request, secondary, scorer, pcies, minimum, len(pcies))
             if isinstance(got, Status):
                 return got
             if request.joint_same_pcie and _pcies(view, got) != pcies:
@@ -320,7 +391,9 @@ def allocate_plain(
         ranked.append((-score, minors[col], amounts))
     if len(ranked) < treq.count:
         return unschedulable(insufficient(DEVICE_GPU))
-    if treq.count == 1:
+    if ledger.node_meta(node).gpu_scope_tree and (not treq.shared or treq.count <= 1):
+        ranked = _by_scope_tree(ledger, node, request, treq, ranked, exists)
+    elif treq.count == 1:
         ranked = [min(ranked)]
     else:
         ranked.sort()
@@ -338,6 +411,39 @@ def allocate_plain(
         )
         for _, minor, amounts in ranked
     ]
+
+
+def _by_scope_tree(
+    ledger: NodeDeviceLedger,
+    node: str,
+    request: DeviceRequest,
+    treq: TypeRequest,
+    ranked: list[tuple[int, int, tuple[int, int, int]]],
+    exists: list[bool],
+) -> list[tuple[int, int, tuple[int, int, int]]]:
+    """``allocate_plain``'s choice on a node whose GPUs all report topology: the scope tree
+    over the row (``scopetree.choose_minors``, as ``allocate`` runs it)."""
+    row = ledger.row_of(node)
+    assert row is not None
+    minors = ledger.minors(node, DEVICE_GPU)
+    used_row: IntArray = ledger.table(DEVICE_GPU).used[:, row, : len(minors)]
+    in_use: list[bool] = np.any(used_row != 0, axis=0).tolist()
+    layout: list[tuple[int, int, str]] = []
+    used: set[int] = set()
+    for col, minor in enumerate(minors):
+        meta = ledger.card_meta(node, DEVICE_GPU, minor) if exists[col] else None
+        if meta is None or meta.topology is None:
+            continue
+        layout.append((minor, meta.topology.node_id, meta.topology.pcie_id))
+        if in_use[col]:
+            used.add(minor)
+    by_minor = {minor: entry for entry in ranked for minor in (entry[1],)}
+    hint = request.hints.get(DEVICE_GPU)
+    scope = hint.required_topology_scope if hint is not None else ""
+    chosen = choose_minors(tuple(layout), used, {m: -e[0] for m, e in by_minor.items()},
+                           treq.count, treq.shared, scope)
+    assert chosen is not None  # enough candidates: the node scope always answers
+    return [by_minor[m] for m in chosen]
 
 
 def _take(matrix: npt.NDArray[Any], rows: IntArray | slice) -> npt.NDArray[Any]:

@@ -81,6 +81,7 @@ from scheduler.devices.request import (
 from scheduler.devices.sources import NodeSources, checkpoint_holding, decode_meta
 from scheduler.devices.table import CardTable, RowCards, accumulate, card_views
 from scheduler.devices.topology import NO_NODE_META, CardMeta, CardView, NodeMeta, NodeView
+from scheduler.devices.vfs import vfs_held
 from scheduler.framework.events import UNHEALTHY_GPUS_KIND, Change
 
 __all__ = ["InvalidAllocation", "NodeDeviceLedger"]
@@ -117,6 +118,8 @@ class NodeDeviceLedger:
         self._holdings: dict[str, Holding] = {}
         self._checkpoints: dict[str, Holding] = {}
         self._by_node: dict[str, set[str]] = {}
+        self._vf_nodes: set[str] = set()
+        """Nodes with a card that declares SR-IOV VF groups (their views list VFs held)."""
         self._invalid: dict[str, tuple[AllocationReading, tuple[CardUse, ...]]] = {}
         """Per uid of a pod with an invalid annotation: its reading and the reservation of
         ours it keeps beside it (its holding is recomputed when its node's Device changes)."""
@@ -220,7 +223,13 @@ class NodeDeviceLedger:
             cards[t] = () if row is None else card_views(
                 self._tables[t], self._meta[row][t], row, t, minus
             )
-        return NodeView(node, node in self._devices, cards, self.node_meta(node))
+        vfs_taken = {}
+        if node in self._vf_nodes:
+            extra = [h for h in added if h.node == node]
+            gone = {h.uid for h in removed if h.node == node} | {h.uid for h in extra}
+            kept = [h for h in self._node_holdings(node) if h.uid not in gone]
+            vfs_taken = vfs_held([*kept, *extra])
+        return NodeView(node, node in self._devices, cards, self.node_meta(node), vfs_taken)
 
     # -- changes ----------------------------------------------------------------------------
 
@@ -525,6 +534,7 @@ class NodeDeviceLedger:
         device = self._devices.get(node)
         unhealthy = self._sources.unhealthy(node)
         usage: dict[tuple[str, int], list[int]] = {}
+        vf_cards = False
         for h in self._node_holdings(node):
             for use in h.uses:
                 accumulate(usage, use, 1)
@@ -541,8 +551,15 @@ class NodeDeviceLedger:
                     declared=tuple(d.resource_value(n) for n in names),
                     labels=d.labels,
                     topology=d.topology,
+                    vf_groups=d.vf_groups,
                 )
+                if d.vf_groups:
+                    vf_cards = True
             self._meta[row][t] = self._tables[t].lay_out(row, metas, usage, t)
+        if vf_cards:
+            self._vf_nodes.add(node)
+        else:
+            self._vf_nodes.discard(node)
         self._touch(row)
 
     def _set_holding(self, holding: Holding) -> None:

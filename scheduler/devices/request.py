@@ -46,12 +46,13 @@ from apis.allocation import (
     MAX_AMOUNT,
     AllocationDecodeError,
     AllocationReading,
+    decode_allocations,
     held_amounts,
     read_allocations,
 )
 from apis.checkpoint import decode_devices_checkpoints
 from apis.core import Pod
-from apis.device import ANNOTATION_DEVICES_CHECKPOINTS, Device
+from apis.device import ANNOTATION_DEVICES_CHECKPOINTS, LABEL_GPU_ISOLATION_PROVIDER, Device
 from apis.gpushare import RESOURCE_GPU_MEM, MemoryUnit, placement_of
 from apis.hints import (
     ANNOTATION_DEVICE_ALLOCATE_HINT,
@@ -94,6 +95,7 @@ __all__ = [
     "RESERVED",
     "RESOURCES_BY_TYPE",
     "RESOURCE_INDEX",
+    "VF",
     "CardUse",
     "DeviceRequest",
     "Holding",
@@ -162,6 +164,12 @@ class DeviceRequest:
     ``ALIYUN_COM_GPU_MEM_POD``, which gpushare's extender and device plugin read back."""
     partition: PartitionSpec | None = None
     """The pod's ``gpu-partition-spec``: it honors GPU partition tables on every node."""
+    designated: Mapping[str, Mapping[int, frozenset[str]]] = field(default_factory=dict)
+    """The pod's own ``device-allocated`` where it names virtual functions (Koordinator
+    #2807): per device type, the cards it may get and, per card, the VF bus ids it may get
+    (empty: any VF of that card)."""
+    isolation_provider: str = ""
+    """The pod's ``koordinator.sh/gpu-isolation-provider`` label."""
 
     @property
     def whole_gpus(self) -> int:
@@ -185,6 +193,8 @@ class DeviceRequest:
         partition spec; nodes that honor partition tables are refined by the plugin)."""
         if len(self.joint_types) >= 2 or (self.partition is not None and self.whole_gpus):
             return False
+        if self.designated:
+            return False
         for t in self.types:
             hint = self.hints.get(t.device_type)
             if hint is not None and not _trivial(hint):
@@ -195,9 +205,33 @@ class DeviceRequest:
 def _trivial(hint: DeviceHint) -> bool:
     return (
         hint.selector is None
+        and hint.vf_selector is None
         and hint.allocate_strategy == ""
         and hint.required_topology_scope in ("", SCOPE_NODE)
     )
+
+
+def _designated(annotations: Mapping[str, str]) -> dict[str, dict[int, frozenset[str]]]:
+    """Koordinator's ``constructDesignatedVF`` over the pod's own ``device-allocated``: only
+    an annotation naming VFs designates anything; one that does not decode is an error, as
+    in Koordinator's ``preparePod``."""
+    raw = annotations.get(ANNOTATION_DEVICE_ALLOCATED)
+    if raw is None:
+        return {}
+    try:
+        decoded = decode_allocations(raw)
+    except AllocationDecodeError as err:
+        raise RequestError(err.message) from None
+    if not any(a.extension is not None and a.extension.vfs for v in decoded.values() for a in v):
+        return {}
+    out: dict[str, dict[int, frozenset[str]]] = {}
+    for device_type, allocations in decoded.items():
+        out[device_type] = {
+            a.minor: frozenset(vf.bus_id for vf in a.extension.vfs)
+            if a.extension is not None else frozenset()
+            for a in allocations
+        }
+    return out
 
 
 def _exact_quantity(pod: Pod, name: str) -> Quantity | int:
@@ -321,6 +355,8 @@ def parse_request(pod: Pod, gpushare_unit: MemoryUnit = MemoryUnit.GiB) -> Devic
         gpushare_units=gpushare_units,
         gpushare_pod_units=pod.app_limits.get(RESOURCE_GPU_MEM, 0) if gpushare_units else 0,
         partition=partition,
+        designated=_designated(annotations),
+        isolation_provider=pod.labels.get(LABEL_GPU_ISOLATION_PROVIDER, ""),
     )
 
 
@@ -337,20 +373,28 @@ RESOURCE_INDEX: Final[Mapping[str, Mapping[str, int]]] = {
 """Device type -> resource name -> its index in ``RESOURCES_BY_TYPE[type]``."""
 
 
+VF = tuple[int, str]
+"""A virtual function of an SR-IOV NIC as an allocation names it: (VF minor, bus id)."""
+
+
 @dataclass(frozen=True, slots=True)
 class CardUse:
-    """What a holder takes from one card: ``resources`` sorted by name."""
+    """What a holder takes from one card: ``resources`` sorted by name, and the virtual
+    functions of the card it was handed (``extension.vfs``; empty for whole cards)."""
 
     device_type: str
     minor: int
     resources: tuple[tuple[str, int], ...]
+    vfs: tuple[VF, ...] = ()
 
     @classmethod
-    def of(cls, device_type: str, minor: int, resources: Mapping[str, int]) -> CardUse:
-        return cls(device_type, minor, tuple(sorted(resources.items())))
+    def of(
+        cls, device_type: str, minor: int, resources: Mapping[str, int], vfs: tuple[VF, ...] = ()
+    ) -> CardUse:
+        return cls(device_type, minor, tuple(sorted(resources.items())), vfs)
 
-    def sort_key(self) -> tuple[str, int, tuple[tuple[str, int], ...]]:
-        return (self.device_type, self.minor, self.resources)
+    def sort_key(self) -> tuple[str, int, tuple[tuple[str, int], ...], tuple[VF, ...]]:
+        return (self.device_type, self.minor, self.resources, self.vfs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -393,12 +437,14 @@ def held_uses(reading: AllocationReading, device: Device | None) -> tuple[CardUs
     """What a bound pod's annotation holds on its node, whose Device CR is ``device``
     (``held_amounts``: an invalid entry's card whole, every card when it does not decode)."""
     cards = node_cards(device) if device is not None and not reading.valid else ()
+    vfs = {(t, minor): named for t, minor, named in reading.vfs}
     uses: list[CardUse] = []
     for device_type, minor, amounts in held_amounts(reading, cards):
         index = RESOURCE_INDEX.get(device_type)
         if index is not None:
             uses.append(CardUse.of(device_type, minor,
-                                   {n: a for n, a in amounts.items() if n in index}))
+                                   {n: a for n, a in amounts.items() if n in index},
+                                   vfs.get((device_type, minor), ())))
     return tuple(uses)
 
 

@@ -43,6 +43,7 @@ from apis.quantity import BINARY_SI, DECIMAL_SI, Quantity
 from apis.resources import DEVICE_GPU, GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO
 from apis.topology import GPUTopology, TopologyDecodeError
 from scheduler.devices.request import CHECKPOINT, Holding, checkpoint_uses
+from scheduler.devices.scopetree import device_has_scope_tree
 from scheduler.devices.topology import NO_NODE_META, NodeMeta
 
 __all__ = ["NodeSources", "capacity_device", "checkpoint_holding", "decode_meta"]
@@ -165,9 +166,10 @@ def decode_meta(device: Device) -> tuple[NodeMeta, int]:
         log.warning("malformed gpu-partitions annotation", node=device.name, error=str(err))
         table = None
     honor = device.gpu_partition_policy == POLICY_HONOR
-    if not topology and table is None and not honor:
+    tree = device_has_scope_tree(device)
+    if not topology and table is None and not honor and not tree:
         return NO_NODE_META, errors
-    return NodeMeta(topology, table or None, honor), errors
+    return NodeMeta(topology, table or None, honor, tree), errors
 
 
 def checkpoint_holding(device: Device) -> tuple[Holding | None, int]:

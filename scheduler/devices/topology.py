@@ -13,6 +13,8 @@ policy), and the part of Koordinator's GPU allocator that looks at
   filling NUMA nodes and switches in turn. Among equal choices a group that already has used
   cards wins (packing next to cards in use, keeping empty switches whole for later), then the
   group with more candidates, then the lowest minor; cards inside a group go by minor.
+(``vf_groups`` and ``NodeView.vfs_taken`` serve the VF choice, ``vfs``.)
+
 - ``choose_scoped``: the chosen cards must share one scope (``PCIe``, ``NUMANode``; ``Device``
   means a single card, ``Node`` anything); None when no scope of that level has enough
   candidates.
@@ -27,7 +29,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from apis.device import DeviceTopology
+from apis.device import DeviceTopology, VirtualFunctionGroup
 from apis.hints import SCOPE_DEVICE, SCOPE_NODE, SCOPE_NUMA_NODE, SCOPE_PCIE
 from apis.partition import PartitionTable
 from apis.topology import GPUTopology
@@ -56,6 +58,7 @@ class CardMeta:
     declared: tuple[int, ...]
     labels: Mapping[str, str] = field(default_factory=dict)
     topology: DeviceTopology | None = None
+    vf_groups: tuple[VirtualFunctionGroup, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +95,9 @@ class NodeMeta:
     gpu_topology: GPUTopology = field(default_factory=GPUTopology)
     partitions: PartitionTable | None = None
     honor_partitions: bool = False
+    gpu_scope_tree: bool = False
+    """Every GPU of the CR reports its topology: GPUs are chosen by Koordinator's scope tree
+    (``scopetree``)."""
 
 
 NO_NODE_META = NodeMeta()
@@ -105,6 +111,8 @@ class NodeView:
     has_device: bool
     cards: Mapping[str, tuple[CardView, ...]]
     meta: NodeMeta = NO_NODE_META
+    vfs_taken: Mapping[tuple[str, int], frozenset[str]] = field(default_factory=dict)
+    """Per (device type, minor) of an SR-IOV card, the bus ids of the VFs someone holds."""
 
 KeyFn = Callable[[CardView], Hashable]
 OrderFn = Callable[[CardView], Any]

@@ -18,18 +18,19 @@ DEMO = ROOT / "config" / "examples" / "demo-cluster.yaml"
 CONFIG = ROOT / "config" / "scheduler-config.yaml"
 ANNOTATION = "scheduling.koordinator.sh/device-allocated"
 
-# pod -> (node, GPU minors): what LeastAllocated (spread) with PCIe/NUMA topology implies.
+# pod -> (node, GPU minors): LeastAllocated picks the node; on it, Koordinator's GPU scope tree
+# (every card reports PCIe/NUMA topology) packs cards beside those in use, tightest scope first.
 EXPECTED = {
     "ml/batch-critical": ("gpu-a100-1", [0]),  # priority 1000 goes first
     "ml/notebook-bob": ("gpu-a100-1", [1]),
     "ml/inference-small": ("gpu-t4-0", [0]),
     "ml/bert-train": ("gpu-a100-1", [2]),
     "ml/llama-train-4gpu": ("gpu-a100-0", [4, 5, 6, 7]),  # one NUMA node, two PCIe switches
-    "ml/a100-half": ("gpu-a100-1", [4]),
+    "ml/a100-half": ("gpu-a100-1", [1]),  # shares notebook-bob's card: its switch is in use
     "ml/t4-inference": ("gpu-t4-1", [0]),  # the only pod tolerating the taint
     "web/web-frontend": ("cpu-1", []),
     "ml/embedder-mem-only": ("gpu-v100-0", [1]),
-    "ml/dual-gpu-ratio": ("gpu-a100-1", [6, 7]),  # two cards under one PCIe switch
+    "ml/dual-gpu-ratio": ("gpu-a100-1", [4, 5]),  # the first free PCIe switch of NUMA 1
 }
 FAILURES = {
     "ml/h100-only": "0/8 nodes are available: 1 node(s) had untolerated taint(s), "

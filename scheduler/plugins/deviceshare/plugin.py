@@ -58,8 +58,17 @@ from dataclasses import replace
 
 import numpy as np
 
-from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, IntAllocation, encode_int_allocations
-from apis.core import Pod
+from apis.allocation import (
+    ANNOTATION_DEVICE_ALLOCATED,
+    AllocatedVF,
+    AllocationExtension,
+    DeviceAllocation,
+    IntAllocation,
+    encode_allocations,
+    encode_int_allocations,
+)
+from apis.core import Node, Pod
+from apis.device import GPU_ISOLATION_PROVIDER_HAMI_CORE, LABEL_GPU_ISOLATION_PROVIDER
 from apis.gpushare import bind_annotations as gpushare_bind_annotations
 from apis.resources import DEVICE_GPU
 from scheduler.devices import ledger_of
@@ -93,6 +102,7 @@ from scheduler.plugins.deviceshare.state import DeviceShareState
 
 __all__ = [
     "ALLOCATION_KEY",
+    "ERR_HAMI_CORE",
     "NAME",
     "PREFERRED_GPUS_KEY",
     "REASON_INVALID_ALLOCATION",
@@ -113,6 +123,23 @@ _SHAPE_CACHE_MAX = 65536
 
 REASON_INVALID_ALLOCATION = "InvalidDeviceAllocation"
 """Reason of the Warning event on a bound pod whose device-allocated annotation is invalid."""
+
+
+ERR_HAMI_CORE = "GPUIsolationProviderHAMICore not found on the node"
+
+
+def _isolation_ok(request: DeviceRequest, node: Node | None) -> bool:
+    """Koordinator's Filter check: a shared-GPU pod labelled ``gpu-isolation-provider:
+    HAMi-core`` needs a node labelled the same (else an Error, not Unschedulable). Only the
+    HAMi-core value is checked: ``Gemini`` is this project's own provider (docs/fairshare.md),
+    served on any node."""
+    if request.isolation_provider != GPU_ISOLATION_PROVIDER_HAMI_CORE:
+        return True
+    gpu = request.type_request(DEVICE_GPU)
+    if gpu is None or not gpu.shared:
+        return True
+    labels = node.labels if node is not None else {}
+    return labels.get(LABEL_GPU_ISOLATION_PROVIDER) == GPU_ISOLATION_PROVIDER_HAMI_CORE
 
 
 class InvalidAllocationReporter:
@@ -268,6 +295,8 @@ class DeviceShare:
             return error(exc)
         if entry.request is None:
             return None
+        if not _isolation_ok(entry.request, node.node):
+            return error(ERR_HAMI_CORE)
         result = self._evaluate(entry, entry.request, node.name)
         return result if isinstance(result, Status) else None
 
@@ -313,6 +342,10 @@ class DeviceShare:
             slot = snapshot.index.get(name)
             if slot is not None and slot < size:
                 mask[slot] = not isinstance(self._evaluate(entry, request, name), Status)
+        if request.isolation_provider == GPU_ISOLATION_PROVIDER_HAMI_CORE:
+            for live in np.flatnonzero(mask).tolist():
+                node = snapshot.infos[live]
+                mask[live] = node is not None and _isolation_ok(request, node.node)
         return mask
 
     def filter_reasons(
@@ -325,7 +358,8 @@ class DeviceShare:
         codes = np.full(len(slots), -1, np.int64)
         entry = self._entry(state)
         request = entry.request
-        if request is None or not request.vectorizable:
+        if request is None or not request.vectorizable \
+                or request.isolation_provider == GPU_ISOLATION_PROVIDER_HAMI_CORE:
             return codes, []
         rows = self._slot_rows(snapshot)[slots]
         n = self.ledger.n_rows
@@ -542,6 +576,8 @@ class DeviceShare:
         entry.gpushare = {}
 
     def _annotation(self, node: str, uses: Sequence[CardUse]) -> str:
+        if any(use.vfs for use in uses):
+            return self._annotation_with_vfs(node, uses)
         allocations: dict[str, list[IntAllocation]] = {}
         for use in uses:
             meta = self.ledger.card_meta(node, use.device_type, use.minor)
@@ -549,6 +585,21 @@ class DeviceShare:
                 (use.minor, tuple(sorted(use.resources)), meta.id if meta is not None else "")
             )
         return encode_int_allocations(allocations)
+
+    def _annotation_with_vfs(self, node: str, uses: Sequence[CardUse]) -> str:
+        """The annotation with ``extension.vfs`` (Go's ``json.Marshal`` byte for byte)."""
+        allocations: dict[str, list[DeviceAllocation]] = {}
+        for use in uses:
+            meta = self.ledger.card_meta(node, use.device_type, use.minor)
+            extension = None
+            if use.vfs:
+                extension = AllocationExtension(
+                    vfs=tuple(AllocatedVF(minor, bus) for minor, bus in use.vfs)
+                )
+            allocations.setdefault(use.device_type, []).append(DeviceAllocation.from_ints(
+                use.minor, dict(use.resources), meta.id if meta is not None else "", extension
+            ))
+        return encode_allocations(allocations)
 
     def pre_bind(self, state: CycleState, pod: Pod, node_name: str) -> Status | None:
         entry = self.entry(state)

@@ -11,7 +11,13 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, DeviceAllocation, encode_allocations
+from apis.allocation import (
+    ANNOTATION_DEVICE_ALLOCATED,
+    AllocatedVF,
+    AllocationExtension,
+    DeviceAllocation,
+    encode_allocations,
+)
 from apis.core import Pod
 from apis.device import Device
 from apis.partition import (
@@ -68,10 +74,17 @@ def gpu(
     return card
 
 
+def vf_bus(minor: int, vf: int) -> str:
+    """The bus id of VF ``vf`` of NIC ``minor`` in ``nic``'s VF groups."""
+    return f"0000:{minor + 0x10:02x}:00.{vf + 1}"
+
+
 def nic(
-    device_type: str, minor: int, *, pcie: str | None = None, numa: int = 0, health: bool = True
+    device_type: str, minor: int, *, pcie: str | None = None, numa: int = 0, health: bool = True,
+    vfs: int = 0,
 ) -> dict[str, Any]:
-    """An ``rdma`` or ``fpga`` entry with 100 units."""
+    """An ``rdma`` or ``fpga`` entry with 100 units (and ``vfs`` SR-IOV VFs in one group
+    labelled ``type: general``)."""
     card: dict[str, Any] = {
         "type": device_type,
         "id": f"{device_type}-{minor}",
@@ -79,6 +92,10 @@ def nic(
         "health": health,
         "resources": {f"koordinator.sh/{device_type}": "100"},
     }
+    if vfs:
+        card["vfGroups"] = [{"labels": {"type": "general"}, "vfs": [
+            {"minor": i, "busID": vf_bus(minor, i)} for i in range(vfs)
+        ]}]
     if pcie is not None:
         card["topology"] = {"socketID": numa, "nodeID": numa, "pcieID": pcie}
     return card
@@ -247,8 +264,9 @@ def ledgers(draw: st.DrawFn, max_nodes: int = 6) -> NodeDeviceLedger:
     ledger = NodeDeviceLedger(rows=1, cards=1)
     for n in range(draw(st.integers(1, max_nodes))):
         specs = draw(st.lists(card_st, max_size=6, unique_by=lambda c: c[0]))
-        nics = [nic(t, m, pcie=f"pci{m}") for t in ("rdma", "fpga")
-                for m in range(draw(st.integers(0, 2)))]
+        vfs = draw(st.integers(0, 2))
+        nics = [nic(t, m, pcie=f"pci{m}", vfs=vfs if t == "rdma" else 0)
+                for t in ("rdma", "fpga") for m in range(draw(st.integers(0, 2)))]
         cards = [gpu(m, mem, health=h, pcie=f"pci{m // 2}", numa=m // 4)
                  for m, mem, h, _, _ in specs]
         ledger.apply_change(Change("Device", None, device(f"n{n}", *cards, *nics)))
@@ -259,7 +277,11 @@ def ledgers(draw: st.DrawFn, max_nodes: int = 6) -> NodeDeviceLedger:
             allocations = {"gpu": [DeviceAllocation.from_ints(m, {
                 GPU_CORE: ratio, GPU_MEMORY_RATIO: ratio, GPU_MEMORY: memory})]}
             if nics and nic_used:
-                allocations["rdma"] = [DeviceAllocation.from_ints(0, {RDMA: nic_used})]
+                # NIC 0's first VF where it has VFs (each pod holds its own VF, as allocated).
+                extension = AllocationExtension(vfs=(AllocatedVF(0, vf_bus(0, 0)),)) \
+                    if vfs and m % 2 == 0 else None
+                allocations["rdma"] = [DeviceAllocation.from_ints(0, {RDMA: nic_used},
+                                                                  extension=extension)]
             pod = bound(gpu_pod(f"p{n}-{m}", {"nvidia.com/gpu": 1}), f"n{n}",
                         encode_allocations(allocations))
             ledger.apply_change(Change("Pod", None, pod))

@@ -83,9 +83,9 @@ use_spec = st.fixed_dictionaries(
 META = st.sampled_from(["none", "topology", "table", "honor", "honor+table"])
 
 
-def gpu_card(minor: int, spec: dict[str, Any]) -> dict[str, Any]:
+def gpu_card(minor: int, spec: dict[str, Any], topology: bool = True) -> dict[str, Any]:
     card = gpu(minor, spec["memory"], health=spec["healthy"], core=spec["core"],
-               pcie=f"pci{minor // 2}", numa=minor // 4)
+               pcie=f"pci{minor // 2}" if topology else None, numa=minor // 4)
     card["resources"]["koordinator.sh/gpu-memory-ratio"] = str(spec["ratio"])
     return card
 
@@ -95,7 +95,9 @@ def random_node(draw: st.DrawFn) -> tuple[NodeDeviceLedger, str]:
     """A ledger whose node ``n`` has random GPUs (and maybe NICs), holdings and meta."""
     ledger = NodeDeviceLedger(rows=1, cards=1)
     minors = draw(st.lists(st.integers(0, 11), max_size=9, unique=True))
-    cards = [gpu_card(m, draw(card_spec)) for m in minors]
+    # Every card with topology (Koordinator's scope tree chooses), or some without.
+    with_topology = draw(st.booleans())
+    cards = [gpu_card(m, draw(card_spec), with_topology or draw(st.booleans())) for m in minors]
     cards += [nic("rdma", m) for m in range(draw(st.integers(0, 1)))]
     meta = draw(META)
     annotations: dict[str, str] = {}

@@ -359,9 +359,9 @@ def test_run_stops_cleanly_on_signal(short_dir: Path, sig: signal.Signals) -> No
         assert resp.container_envs["NVIDIA_VISIBLE_DEVICES"] == "void"
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
             metrics = r.read().decode()  # ...and timed into the agent's metrics
-        # one request, observed once per hook: the GPU hook and the Gemini fair-share hook
+        # one request, observed once per hook: the GPU, RDMA and Gemini fair-share hooks
         assert (
-            'koordlet_runtime_hook_requests_total{result="success",stage="PreCreateContainer"} 2.0'
+            'koordlet_runtime_hook_requests_total{result="success",stage="PreCreateContainer"} 3.0'
             in metrics
         )
         assert 'koordlet_runtime_hook_denied_total{reason="pod-lookup-error"} 1.0' in metrics

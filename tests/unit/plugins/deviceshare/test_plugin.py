@@ -299,6 +299,15 @@ POD_REQUESTS: list[tuple[dict[str, Any], dict[str, str]]] = [
       '{"deviceTypes":["gpu","rdma"],"requiredScope":"SamePCIe"}'}),
     ({"koordinator.sh/rdma": 1}, {ANNOTATION_DEVICE_ALLOCATE_HINT:
                                   '{"rdma":{"allocateStrategy":"ApplyForAll"}}'}),
+    # SR-IOV VFs (nodes of ``ledgers`` have 0-2 VFs per NIC, some held by bound pods).
+    ({"koordinator.sh/rdma": 1}, {ANNOTATION_DEVICE_ALLOCATE_HINT: '{"rdma":{"vfSelector":{}}}'}),
+    ({"nvidia.com/gpu": 1, "koordinator.sh/rdma": 1},
+     {ANNOTATION_DEVICE_ALLOCATE_HINT: '{"rdma":{"vfSelector":{}}}',
+      ANNOTATION_DEVICE_JOINT_ALLOCATE: '{"deviceTypes":["gpu","rdma"]}'}),
+    ({"koordinator.sh/rdma": 1},
+     {ANNOTATION_DEVICE_ALLOCATE_HINT: '{"rdma":{"vfSelector":{}}}',
+      ANNOTATION_DEVICE_ALLOCATED: '{"rdma":[{"minor":0,"resources":{"koordinator.sh/rdma":"1"},'
+                                   '"extension":{"vfs":[{"minor":1,"busID":"0000:10:00.2"}]}}]}'}),
 ]
 
 
