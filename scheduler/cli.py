@@ -397,6 +397,10 @@ def _add_version(parser: argparse.ArgumentParser, sub: Any) -> None:
 
     for p in (parser, *sub.choices.values()):
         p.add_argument("--version", action="version", version=version_line(PROG))
+        for action in p._actions:  # nested verbs (``webhook serve``, ``webhook certs``)
+            if isinstance(action, argparse._SubParsersAction) and p is not parser:
+                for verb in action.choices.values():
+                    verb.add_argument("--version", action="version", version=version_line(PROG))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
