@@ -6,11 +6,13 @@ same way with a front end of its own (``scheduler.commands.extender``)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
 import os
 import signal
 import socket
 import ssl
+import sys
 import threading
 import uuid
 from collections.abc import Callable
@@ -42,8 +44,34 @@ is true while this replica may bind (it leads, its caches are synced and caught 
 
 SHUTDOWN_BIND_WAIT = 10.0
 """Seconds a stopping scheduler waits for its binds in flight before it exits."""
+SHUTDOWN_BUDGET = 25.0
+"""Seconds the whole graceful stop may take, SIGTERM to exit: under kubelet's default 30 s
+grace period, so a stop against a slow or restarting API server ends on our terms (logged,
+the Lease left to expire) rather than by kubelet's SIGKILL mid-step."""
+SHUTDOWN_INFORMER_WAIT = 5.0
+"""Seconds ``cluster.stop`` waits for the informers and the event recorder, all together."""
+EXIT_SHUTDOWN_OVERRUN = 3
+"""Exit status when the graceful stop overran ``SHUTDOWN_BUDGET`` (the process is ended then)."""
 EXIT_LOST_LEASE = 1
 """Exit status after losing the leader lease (kube-scheduler exits non-zero there too)."""
+
+
+def _watchdog(budget: float) -> None:
+    """End the process ``budget`` s from now unless it has exited by then."""
+
+    def overrun() -> None:
+        structlog.get_logger("koord-scheduler").error(
+            "graceful stop overran its budget: exiting now (the Lease is left to expire)",
+            budget_seconds=budget,
+        )
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(EXIT_SHUTDOWN_OVERRUN)
+
+    timer = threading.Timer(budget, overrun)
+    timer.daemon = True
+    timer.start()
 
 
 def _identity() -> str:
@@ -315,6 +343,10 @@ def serve_cluster(args: argparse.Namespace, front: FrontEnd | None = None) -> in
     finally:
         # Graceful order: stop scheduling -> wait (bounded) for the binds in flight -> close
         # the fence -> release the Lease (only when no bind can still be on the wire) -> exit.
+        # The whole stop is bounded: past SHUTDOWN_BUDGET the process ends as a SIGKILL would
+        # end it (the fence is closed by then; an unreleased Lease is waited out by the next
+        # leader, and a bind still on the wire is settled as after a crash).
+        _watchdog(SHUTDOWN_BUDGET)
         shutting_down.set()
         drained = sched.stop_binding(SHUTDOWN_BIND_WAIT)
         fence_closed.set()
@@ -326,7 +358,7 @@ def serve_cluster(args: argparse.Namespace, front: FrontEnd | None = None) -> in
             catch_up.stop()
         if ext_server is not None:
             ext_server.stop()
-        cluster.stop()
+        cluster.stop(timeout=SHUTDOWN_INFORMER_WAIT)
         sched.close()
         for server in servers:
             server.stop()

@@ -298,3 +298,26 @@ def test_a_bind_address_no_certificate_can_name_is_one_line(
     assert main(["run", "--bind-address", "bäd", "--master", "http://127.0.0.1:1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("koord-scheduler: error: self-signed certificate for ['bäd'"), err
+
+
+def test_a_stop_that_overruns_its_budget_ends_the_process() -> None:
+    """``run``'s graceful stop is bounded (SHUTDOWN_BUDGET, under kubelet's 30 s): a step stuck
+    past the budget — here the main thread itself — ends the process with a log line and exit
+    status 3, as kubelet's SIGKILL would have, but on our terms."""
+    import subprocess
+    import sys
+    import time
+
+    code = (
+        "import time\n"
+        "from scheduler.commands.run import _watchdog\n"
+        "_watchdog(0.5)\n"
+        "time.sleep(30)\n"
+    )
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=20, check=False
+    )
+    assert done.returncode == 3
+    assert time.monotonic() - start < 15
+    assert "graceful stop overran its budget" in done.stdout + done.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -586,3 +587,35 @@ def test_the_default_informers_include_gpushare_unhealthy_gpu_configmaps() -> No
     assert cluster.unhealthy_gpus is not None
     assert cluster.unhealthy_gpus.spec.path == "/api/v1/namespaces/kube-system/configmaps"
     assert [i.kind for i in cluster.informers][-1] == "UnhealthyGPUs"
+
+
+class _StalledTransport(FakeTransport):
+    """An API server that accepts every request and never answers (until ``release``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+        self.waiting = threading.Semaphore(0)
+
+    def request(self, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+        self.waiting.release()
+        self.release.wait(60)
+        raise TransportError(f"{method} {path}: read timed out")
+
+
+def test_stop_waits_for_all_informers_against_one_deadline() -> None:
+    """Found by the chaos soak (seed 2117134558): a SIGTERM while the API server restarted left
+    every informer in a LIST; ``stop`` joined them one after another, 5 s each, and the
+    scheduler overran kubelet's 30 s grace period. Now they are joined against one deadline."""
+    t = _StalledTransport()
+    cluster = KubeCluster(RestClient(t), None)
+    assert len(cluster.informers) == 6
+    cluster.start()
+    try:
+        for _ in cluster.informers:  # every informer is inside its LIST
+            assert t.waiting.acquire(timeout=10)
+        start = time.monotonic()
+        cluster.stop(timeout=1.0)
+        assert time.monotonic() - start < 2.0
+    finally:
+        t.release.set()
