@@ -131,7 +131,11 @@ def test_kubectl_inspect_gpushare_koord_shows_both_kinds_of_pods(
         )  # fmt: skip
         assert table.returncode == 0, table.stderr
         (row,) = [ln for ln in table.stdout.splitlines() if ln.startswith(node)]
-        assert row.split() == [node, "10.1.2.3", "8/16", "4/16", "12/32"]
+        cells = row.split()
+        # one GPU column per card of the node with the most cards in the whole cluster (other
+        # tests' nodes share this API server): this node's missing cards print 0/0
+        assert cells[:4] == [node, "10.1.2.3", "8/16", "4/16"] and cells[-1] == "12/32"
+        assert set(cells[4:-1]) <= {"0/0"}
         details = subprocess.run(
             [kubectl, "inspect", "gpushare", "--koord", "-d"], env=env, capture_output=True,
             text=True, timeout=60,
