@@ -58,25 +58,15 @@ from dataclasses import replace
 
 import numpy as np
 
-from apis.allocation import (
-    ANNOTATION_DEVICE_ALLOCATED,
-    AllocatedVF,
-    AllocationExtension,
-    DeviceAllocation,
-    IntAllocation,
-    encode_allocations,
-    encode_int_allocations,
-)
+from apis.allocation import ANNOTATION_DEVICE_ALLOCATED
 from apis.core import Node, Pod
 from apis.device import GPU_ISOLATION_PROVIDER_HAMI_CORE, LABEL_GPU_ISOLATION_PROVIDER
-from apis.gpushare import bind_annotations as gpushare_bind_annotations
 from apis.resources import DEVICE_GPU
 from scheduler.devices import ledger_of
 from scheduler.devices.allocator import allocate, allocate_plain, feasible_rows, insufficient
 from scheduler.devices.interconnect import set_score
 from scheduler.devices.ledger import InvalidAllocation, NodeDeviceLedger
 from scheduler.devices.request import (
-    GPU_MEMORY_INDEX,
     CardUse,
     DeviceRequest,
     RequestError,
@@ -97,6 +87,7 @@ from scheduler.framework.events import (
 from scheduler.framework.interfaces import Handle, PreFilterExtensions
 from scheduler.framework.status import SKIP, Status, error, unresolvable, unschedulable
 from scheduler.framework.types import BoolArray, IntArray, NodeInfo, Snapshot
+from scheduler.plugins.deviceshare.annotations import allocation_annotation, gpushare_annotations
 from scheduler.plugins.deviceshare.args import DeviceShareArgs
 from scheduler.plugins.deviceshare.state import DeviceShareState
 
@@ -501,10 +492,13 @@ class DeviceShare:
         result = self._allocate(state, node_name, entry.request, nominated)
         if isinstance(result, Status):
             return result
-        entry.annotation = self._annotation(node_name, result)
+        entry.annotation = allocation_annotation(self.ledger, node_name, result)
         entry.holding = self.ledger.reserve(pod.uid, node_name, result, entry.annotation)
         if entry.request.gpushare_units:
-            entry.gpushare = self._gpushare_annotations(entry.request, node_name, result)
+            unit, now = self.args.gpushare_unit, self._clock_ns()
+            entry.gpushare = gpushare_annotations(
+                self.ledger, unit, entry.request, node_name, result, now
+            )
         state.write(ALLOCATION_KEY, entry.annotation)
         return None
 
@@ -575,32 +569,6 @@ class DeviceShare:
         entry.annotation = ""
         entry.gpushare = {}
 
-    def _annotation(self, node: str, uses: Sequence[CardUse]) -> str:
-        if any(use.vfs for use in uses):
-            return self._annotation_with_vfs(node, uses)
-        allocations: dict[str, list[IntAllocation]] = {}
-        for use in uses:
-            meta = self.ledger.card_meta(node, use.device_type, use.minor)
-            allocations.setdefault(use.device_type, []).append(
-                (use.minor, tuple(sorted(use.resources)), meta.id if meta is not None else "")
-            )
-        return encode_int_allocations(allocations)
-
-    def _annotation_with_vfs(self, node: str, uses: Sequence[CardUse]) -> str:
-        """The annotation with ``extension.vfs`` (Go's ``json.Marshal`` byte for byte)."""
-        allocations: dict[str, list[DeviceAllocation]] = {}
-        for use in uses:
-            meta = self.ledger.card_meta(node, use.device_type, use.minor)
-            extension = None
-            if use.vfs:
-                extension = AllocationExtension(
-                    vfs=tuple(AllocatedVF(minor, bus) for minor, bus in use.vfs)
-                )
-            allocations.setdefault(use.device_type, []).append(DeviceAllocation.from_ints(
-                use.minor, dict(use.resources), meta.id if meta is not None else "", extension
-            ))
-        return encode_allocations(allocations)
-
     def pre_bind(self, state: CycleState, pod: Pod, node_name: str) -> Status | None:
         entry = self.entry(state)
         if entry is None or entry.request is None:
@@ -610,18 +578,3 @@ class DeviceShare:
         state.bind_annotations[ANNOTATION_DEVICE_ALLOCATED] = entry.annotation
         state.bind_annotations.update(entry.gpushare)
         return None
-
-    def _gpushare_annotations(
-        self, request: DeviceRequest, node: str, uses: Sequence[CardUse]
-    ) -> dict[str, str]:
-        """gpushare's bind annotations, so that its device plugin (or koordlet's) serves the
-        pod: the card, the pod's units, the card's units, ``ASSIGNED=false``, the assume time."""
-        use = next(u for u in uses if u.device_type == DEVICE_GPU)
-        meta = self.ledger.card_meta(node, DEVICE_GPU, use.minor)
-        card_bytes = meta.declared[GPU_MEMORY_INDEX] if meta is not None else 0
-        return gpushare_bind_annotations(
-            use.minor,
-            request.gpushare_pod_units,
-            card_bytes // self.args.gpushare_unit.bytes,
-            self._clock_ns(),
-        )
