@@ -52,6 +52,7 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -676,6 +677,31 @@ class SchedulerUnderFaults(RuleBasedStateMachine):
         cached = {p.uid for info in sched.cache.snapshot.node_infos() for p in info.pods.values()}
         assert cached == bound_uids
         assert not sched.cache.assumed_pods()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="open: a stale bind's read-back holding outlives its pod",
+)
+def test_a_lost_stale_bind_on_a_deleted_successor_leaves_no_card_held() -> None:
+    """Found by a longer search (MODEL_EXAMPLES=300 MODEL_STEPS=80, 2026-11-27), and failing on
+    the model as it was before the webhook joined: a bind for p3's old incarnation lands on its
+    successor (v1.20 binds by name) on g1 and its answer is lost; the successor is deleted
+    (re-created again). The truth shows g1's card free, yet the leader's device ledger keeps it
+    held ("Insufficient gpu devices" for a whole-card p3) through every relist of the settle."""
+    model = SchedulerUnderFaults()
+    model.schedule_one()
+    model.recreate_pod(name="p3", priority=0, size=50)
+    model.hand_over(graceful=False)
+    model.deposed_replica_restarts()
+    model.create_pod(name="p2", priority=0, size=50, named=True)
+    model.schedule_one()
+    model.recreate_pod(name="p3", priority=0, size=50)
+    model.a_bind_or_write_returns(answer="lost", i=0, which=0)
+    model.recreate_pod(name="p3", priority=0, size=100)
+    model.a_bind_or_write_returns(answer="ok", i=0, which=0)
+    model.teardown()
 
 
 SchedulerUnderFaults.TestCase.settings = settings(
