@@ -52,6 +52,7 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -678,6 +679,11 @@ class SchedulerUnderFaults(RuleBasedStateMachine):
         assert not sched.cache.assumed_pods()
 
 
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="open: a stale bind's read-back holding outlives its pod (docs/failure-model.md)",
+)
 def test_a_lost_stale_bind_on_a_deleted_successor_leaves_no_card_held() -> None:
     """Found by a longer search (MODEL_EXAMPLES=300 MODEL_STEPS=80, 2026-11-27), and failing on
     the model as it was before the webhook joined: a bind for p3's old incarnation lands on its
