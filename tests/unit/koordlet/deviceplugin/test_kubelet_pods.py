@@ -246,10 +246,9 @@ def test_a_kubelet_that_is_down_falls_back_to_the_api_server() -> None:
     assert f"http://127.0.0.1:{port}/pods" in warning["error"]
 
 
+@pytest.mark.parametrize("kubelet", ["https"], indirect=True)  # the read-only port takes none
 def test_an_unreadable_token_falls_back(kubelet: Any, tmp_path: Path) -> None:
     state, config = kubelet
-    if config.scheme == "http":
-        pytest.skip("the read-only port takes no token")
     state.body = pod_list(pod_obj("wanted", [2]))
     config = KubeletPodsConfig(**{**_fields(config), "token_file": str(tmp_path / "absent")})
     api = FakeApi()
