@@ -45,8 +45,12 @@ def load_state(kube: _Kube, state: str) -> None:
         try:
             kube.get(f"/api/v1/namespaces/{ns}")
         except Exception:
-            kube.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                             "metadata": {"name": ns}})  # fmt: skip
+            try:
+                kube.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                 "metadata": {"name": ns}})  # fmt: skip
+            except Exception as exc:  # a fresh API server makes "default" itself, meanwhile
+                if "AlreadyExists" not in str(exc):
+                    raise
     for obj in objects:
         if obj["kind"] == "Node":
             kube.post("/api/v1/nodes", obj)

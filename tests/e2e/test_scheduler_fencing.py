@@ -13,6 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_scheduler_harness import (
     Kube,
+    KubeError,
     SchedulerProcess,
     condition,
     scheduler_config,
@@ -30,6 +31,16 @@ pytestmark = pytest.mark.e2e
 
 LEASE, RENEW, RETRY = 4.0, 3.0, 1.0
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/default/leases"
+
+
+def _holder(kube: Kube, path: str) -> str | None:
+    """The Lease's holder; None until the first replica has created it (ready comes first)."""
+    try:
+        return str(kube.get(path)["spec"].get("holderIdentity", ""))
+    except KubeError as exc:
+        if exc.status == 404:
+            return None
+        raise
 
 
 def test_a_replica_that_loses_the_lease_exits_and_sigterm_releases_it(
@@ -52,7 +63,7 @@ def test_a_replica_that_loses_the_lease_exits_and_sigterm_releases_it(
     try:
         deposed.wait_ready()
         wait_for(
-            "deposed to lead", lambda: kube.get(path)["spec"]["holderIdentity"] == "deposed", 20
+            "deposed to lead", lambda: _holder(kube, path) == "deposed", 20
         )
         doc = kube.get(path)
         doc["spec"]["holderIdentity"] = "thief"
@@ -70,7 +81,7 @@ def test_a_replica_that_loses_the_lease_exits_and_sigterm_releases_it(
     leader = SchedulerProcess(kubeconfig, cfg, tmp_path, identity="leader").start()
     try:
         leader.wait_ready()
-        wait_for("leader to lead", lambda: kube.get(path)["spec"]["holderIdentity"] == "leader", 20)
+        wait_for("leader to lead", lambda: _holder(kube, path) == "leader", 20)
         assert leader.stop() == 0, leader.log_tail()
         assert kube.get(path)["spec"].get("holderIdentity", "") == ""
     finally:
