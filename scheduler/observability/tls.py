@@ -79,7 +79,7 @@ def self_signed(hosts: Sequence[str], *, days: int = SELF_SIGNED_DAYS) -> tuple[
     addresses as subjectAltNames; the first is the common name, suffixed ``@<unix time>`` as
     kube's self-signed serving certificates are)."""
     from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
@@ -123,14 +123,7 @@ def self_signed(hosts: Sequence[str], *, days: int = SELF_SIGNED_DAYS) -> tuple[
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .sign(key, hashes.SHA256())
     )
-    return (
-        cert.public_bytes(serialization.Encoding.PEM),
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        ),
-    )
+    return _pem(cert, key)
 
 
 def _pem(cert: Any, key: Any) -> tuple[bytes, bytes]:
