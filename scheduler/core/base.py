@@ -129,6 +129,10 @@ class SchedulerBase:
     _read_back: dict[str, Pod]
     """UID → the pod of that name found bound when a bind's outcome was read back (bind
     workers write it before the outcome is queued): applied before the reservation goes."""
+    _read_back_held: dict[str, Pod]
+    """Pod key → a successor handed to the device ledger from a read-back, not (yet) from the
+    watch: released when the next event of that name is another incarnation (scheduling
+    thread), since the watch may never tell us of this one's delete."""
     _deleted_uids: OrderedDict[str, None]
     """UIDs of pods whose delete was applied (the latest ``DELETED_UIDS_KEPT``): a
     ``place`` for one of them comes from a read older than that delete."""

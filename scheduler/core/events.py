@@ -53,6 +53,7 @@ class EventHandlers(BindingCycle):
             else:
                 self.queue.node_deleted(change.old)
         elif change.kind == "Pod":
+            self._settle_read_back_held(change)
             for superseded in self._superseded_assumed(change):
                 self._apply(Change("Pod", superseded, None))
             self._remember_deleted(change)
@@ -209,10 +210,32 @@ class EventHandlers(BindingCycle):
 
     def _hand_read_back_to_ledger(self, uid: str) -> None:
         read_back = self._read_back.pop(uid, None)
-        if read_back is not None:
-            change = Change("Pod", None, read_back)
-            for handler in self._event_handlers:
-                handler(change)  # what the cluster shows bound under that name holds its cards
+        if read_back is None or read_back.uid in self._deleted_uids:
+            # A successor whose delete was applied since the read holds nothing any more.
+            return
+        self._read_back_held[read_back.key] = read_back
+        change = Change("Pod", None, read_back)
+        for handler in self._event_handlers:
+            handler(change)  # what the cluster shows bound under that name holds its cards
+
+    def _settle_read_back_held(self, change: Change) -> None:
+        """The watch speaks of a name whose holder we learnt from a read-back: the same
+        incarnation — the watch owns it from now on; another one (a relist can fold the
+        holder's whole life into nothing) — the holder is gone, and so is its holding."""
+        pod = change.new if change.new is not None else change.old
+        held = self._read_back_held.get(pod.key) if pod is not None else None
+        if pod is None or held is None:
+            return
+        if held.uid in {p.uid for p in (change.old, change.new) if p is not None}:
+            del self._read_back_held[pod.key]
+            return
+        if not _newer(pod, held):
+            return  # a late event of an older incarnation says nothing of the holder
+        del self._read_back_held[pod.key]
+        release = Change("Pod", held, None)
+        for handler in self._event_handlers:
+            handler(release)
+        self.queue.move_all_to_active_or_backoff(ASSIGNED_POD_DELETE)
 
     def _release_deferred(self, uid: str, resolution: str, move: bool = True) -> None:
         """Apply a delete held back from the plugins (``_defer_if_binding``) once we know
@@ -227,6 +250,12 @@ class EventHandlers(BindingCycle):
             # The delete moved the waiting pods when it arrived, while the ledger still held
             # the cards; they are free only now.
             self.queue.move_all_to_active_or_backoff(ASSIGNED_POD_DELETE)
+
+
+def _newer(pod: Pod, than: Pod) -> bool:
+    """``pod``'s record is later than ``than``'s (resourceVersions are etcd revisions)."""
+    a, b = pod.resource_version, than.resource_version
+    return a.isdigit() and b.isdigit() and int(a) > int(b)
 
 
 def _spec_changed(old: Pod, new: Pod) -> bool:

@@ -146,6 +146,7 @@ class Scheduler(SchedulingCycle, BindingOutcomes):
         self._deleted_while_binding = set()
         self._deferred = {}
         self._read_back = {}
+        self._read_back_held = {}
         self._deleted_uids = OrderedDict()
         self.preemptions = deque(maxlen=PREEMPTIONS_KEPT)
         self.failures = {}

@@ -182,6 +182,12 @@ class NodeDeviceLedger:
     def holding(self, uid: str) -> Holding | None:
         return self._holdings.get(uid)
 
+    def held_from_the_cluster(self, uid: str) -> Holding | None:
+        """``uid``'s holding when the cluster showed it (a bound pod's annotation, a bind's
+        read-back), not a reservation of ours: that pod is bound, whatever our queue says."""
+        current = self._holdings.get(uid)
+        return current if current is not None and current.source != RESERVED else None
+
     def checkpoint_holding(self, node: str) -> Holding | None:
         """The cards kubelet-allocated pods hold on ``node`` (``devices-checkpoints``)."""
         return self._checkpoints.get(node)
@@ -401,7 +407,10 @@ class NodeDeviceLedger:
         """Record our own allocation (Reserve); returns the holding to pass to ``unreserve``.
 
         ``annotation`` is the text PreBind will write, so the bind event is recognised
-        without decoding it."""
+        without decoding it. A holding the cluster showed is never replaced by a reservation
+        (it would free cards the pod sits on): the caller checks ``held_from_the_cluster``."""
+        if self.held_from_the_cluster(uid) is not None:
+            raise ValueError(f"pod {uid} holds cards per the cluster; it cannot reserve")
         holding = Holding(uid, node, tuple(uses), RESERVED, annotation)
         self._set_holding(holding)
         return holding

@@ -474,6 +474,43 @@ def test_an_unanswered_stale_bind_that_landed_on_a_successor_never_overcommits()
     assert_no_card_overcommitted(truth)
 
 
+def test_a_successor_the_read_back_found_bound_is_never_reserved_again() -> None:
+    """uid-1's stale bind lands on the re-created uid-2 (card 0); uid-1's delete makes the
+    scheduler read web-0 back and hand uid-2's card 0 to the ledger. uid-2's unbound add then
+    arrives (its bound event still in the watch), so uid-2 is scheduled again: its Reserve on
+    card 1 must not replace the holding the cluster showed (card 0 would look free while uid-2
+    sits on it, and z takes it; chaos seed 584939813's stale-UID over-commit)."""
+    truth, clock = gpu_node_truth(cards=2), SimulatedClock()
+    adv = AdversarialCluster(truth)
+    adv.ignore_binding_uid = True
+    adv.gate = threading.Event()
+    with scheduler_on(adv, clock, bind_workers=1) as sched:
+        truth.apply_pod(gpu_pod("web-0", uid="uid-1"))
+        adv.deliver_all()
+        assert sched.schedule_one()  # uid-1 assumed on card 0, its bind on the wire
+        truth.delete_pod("default/web-0")
+        truth.apply_pod(gpu_pod("web-0", uid="uid-2"))
+        adv.gate.set()
+        assert sched.drain(block=True, timeout=10) == 1  # 201: it landed on uid-2
+        landed = truth.pods["default/web-0"]
+        assert landed.uid == "uid-2" and landed.node_name == "g0"
+        adv.deliver(0)  # uid-1's delete: the read-back hands uid-2's card 0 to the ledger
+        sched.run_until_idle()
+        adv.gate.clear()  # binds wait on the wire from here
+        adv.deliver(0)  # uid-2's unbound add (its bound event stays pending)
+        sched.schedule_one()  # uid-2 again: card 0 is its own, so card 1 if anything
+        truth.apply_pod(gpu_pod("z", uid="uid-z"))
+        adv.deliver(1)  # z's add
+        sched.schedule_one()  # z must not find card 0 free
+        adv.gate.set()
+        clock.advance(20)
+        sched.run_until_idle()
+        adv.deliver_all()
+        clock.advance(20)
+        sched.run_until_idle()
+    assert_no_card_overcommitted(truth)
+
+
 class _SlowAnswer(AdversarialCluster):
     """Binds land at once; their answers wait for ``answered`` (a slow response)."""
 

@@ -679,11 +679,6 @@ class SchedulerUnderFaults(RuleBasedStateMachine):
         assert not sched.cache.assumed_pods()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="open: a stale bind's read-back holding outlives its pod (docs/failure-model.md)",
-)
 def test_a_lost_stale_bind_on_a_deleted_successor_leaves_no_card_held() -> None:
     """Found by a longer search (MODEL_EXAMPLES=300 MODEL_STEPS=80, 2026-11-27), and failing on
     the model as it was before the webhook joined: a bind for p3's old incarnation lands on its

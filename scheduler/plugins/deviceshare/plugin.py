@@ -486,6 +486,11 @@ class DeviceShare:
             return error(exc)
         if entry.request is None:
             return None
+        held = self.ledger.held_from_the_cluster(pod.uid)
+        if held is not None:
+            # Bound already (a stale bind of ours landed on it, seen in a read-back before
+            # its bound event): its cards are those, and its bound event will end its queueing.
+            return unschedulable(f"pod {pod.key} is already bound to {held.node} with devices")
         nominated = self._with_nominated(state, pod, node_name)
         if isinstance(nominated, Status):
             return nominated
