@@ -699,6 +699,34 @@ def test_a_lost_stale_bind_on_a_deleted_successor_leaves_no_card_held() -> None:
     model.teardown()
 
 
+def test_a_successor_bound_by_a_stale_bind_is_not_scheduled_onto_a_second_card() -> None:
+    """The model's form of ``test_a_successor_the_read_back_found_bound_is_never_reserved_again``
+    (the interleaving behind chaos seed 584939813's stale-UID over-commit, not found by the
+    300 x 80 search): p0's bind lands on its successor (201), p0's delete makes the leader read
+    the name back and hand the successor's card to the ledger, then the successor's unbound add
+    arrives and it is scheduled again; its Reserve on g1 must not free the card it sits on, which
+    p1 would take."""
+    model = SchedulerUnderFaults()
+    model.create_pod(name="p0", priority=0, size=100, named=True)
+    model.deliver_all(which=0)
+    model.schedule_one()  # p0 (uid-1) on one card, its bind on the wire
+    model.recreate_pod(name="p0", priority=0, size=100)
+    model.a_bind_or_write_returns(which=0, i=0, answer="ok")  # lands on the successor: 201
+    model.deliver_one(which=0, i=0)  # uid-1's delete
+    model.schedule_one()  # the outcome and the delete: the read-back goes on the wire
+    while model.lead.executor.tasks:  # the read-back finds it bound (and the event is sent)
+        model.a_bind_or_write_returns(which=0, i=0, answer="ok")
+    model.deliver_one(which=0, i=0)  # the successor's unbound add (its bound event pending)
+    model.schedule_one()  # the hand-over, then the successor again
+    model.create_pod(name="p1", priority=0, size=100, named=True)
+    model.deliver_one(which=0, i=1)
+    model.schedule_one()  # p1: the successor's card must not look free
+    while model.lead.executor.tasks:
+        model.a_bind_or_write_returns(which=0, i=0, answer="ok")
+    model.no_card_over_its_capacity_in_the_true_state()
+    model.teardown()
+
+
 SchedulerUnderFaults.TestCase.settings = settings(
     max_examples=EXAMPLES,
     stateful_step_count=STEPS,
