@@ -386,6 +386,14 @@ class SchedulingQueue:
             return
         self._push_active(QueuedPodInfo(pod=new, timestamp=self._clock.now()), POD_UPDATE)
 
+    def refresh(self, pod: Pod) -> None:
+        """A newer record of a queued pod whose spec is unchanged (a status write: a condition,
+        a nomination): kept where it waits, so that its next attempt and the reports of it
+        read what the API server holds now (kube's queue updates a pod's info in place)."""
+        qpi = self.get(pod.key)
+        if qpi is not None and qpi.pod.uid == pod.uid:
+            self._replace_pod(qpi, pod)
+
     def delete(self, pod: Pod) -> None:
         key = pod.key
         if self._active.remove(key) is None and self._backoff.remove(key) is None:

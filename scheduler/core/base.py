@@ -175,8 +175,6 @@ class SchedulerBase:
     ) -> None:
         client = fwk.handle.client
         reason = "SchedulerError" if error else "Unschedulable"
-        if nominated is not None and nominated == pod.nominated_node_name:
-            nominated = None  # the status already says so
 
         def report() -> None:
             if nominated is not None:

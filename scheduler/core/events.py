@@ -207,6 +207,8 @@ class EventHandlers(BindingCycle):
             self.queue.add(new)
         elif _spec_changed(old, new):
             self.queue.update(old, new)
+        else:
+            self.queue.refresh(new)  # a status write: the newest record, not moved
 
     def _hand_read_back_to_ledger(self, uid: str) -> None:
         read_back = self._read_back.pop(uid, None)

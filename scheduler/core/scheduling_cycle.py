@@ -237,7 +237,12 @@ class SchedulingCycle(BindingCycle):
             diagnosis.post_filter_msg = status.message
         victims = None
         if result is not None:
-            diagnosis.nominated_node = result.nominated_node
+            # The status is written when it may say otherwise: the record we hold says so, or
+            # the nomination we knew (ours, maybe not yet echoed by the watch) differs. A
+            # preemptor that finds no victims any more gives its nomination back (kube >= 1.22).
+            known = self.nominator.node_of(pod.uid)
+            if result.nominated_node != pod.nominated_node_name or result.nominated_node != known:
+                diagnosis.nominated_node = result.nominated_node
             self.nominator.add(pod, result.nominated_node)
             if result.nominated_node:
                 victims = len(result.victims)

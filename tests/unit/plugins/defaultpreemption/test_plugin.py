@@ -8,6 +8,7 @@ marked ``koordinator``.
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -542,3 +543,39 @@ def test_the_dry_run_stops_at_min_candidate_nodes() -> None:
     candidates, statuses = plugin.dry_run(state, high, list(sched.cache.snapshot.node_infos()))
     assert len(candidates) == 3 and not statuses
     assert all(len(c.victims) == 1 for c in candidates)
+
+
+def test_a_preemptor_that_can_no_longer_preempt_gives_its_nomination_back() -> None:
+    """high preempts low on g0 and is nominated there; before it retries, keeper (its equal)
+    is bound to the freed card by someone else. high's retry finds no victims, so — as
+    kube-scheduler does since 1.22 — its nomination goes, in memory *and* in
+    status.nominatedNodeName: else the next record of high (any update, a relist) nominates it
+    from its status again and keeps room on g0 from lower-priority pods for ever (the model
+    test's long search: a pod that fitted stayed Pending; the clearing write was skipped,
+    compared with the queue's record of high from before its own nomination write)."""
+    cluster = InMemoryCluster()
+    gpu_node(cluster, "g0", 2)
+    sched = scheduler(cluster)
+    whole = {GPU_CORE: "100", GPU_MEMORY_RATIO: "100"}
+    fill(cluster, sched, [pod("low", 0, whole), pod("keeper-0", 10, whole)])
+    cluster.apply_pod(pod("high", 10, whole))
+    sched.run_until_idle()
+    sched.wait_for_writes(10)
+    assert "default/low" not in cluster.pods
+    assert cluster.pods["default/high"].nominated_node_name == "g0"
+    freed = 1 - next(iter(cards_of(cluster, "default/keeper-0")))
+    keeper = make_pod("keeper-1").priority(10).req(cpu="1").req(whole).node("g0")
+    claim = json.dumps(
+        {"gpu": [{"minor": freed, "resources": {GPU_CORE: "100", GPU_MEMORY_RATIO: "100"}}]}
+    )
+    cluster.apply_pod(keeper.annotation(ANNOTATION_DEVICE_ALLOCATED, claim).obj())
+    settle(sched)  # high retries: nothing of lower priority is left to evict
+    sched.wait_for_writes(10)
+    high = cluster.pods["default/high"]
+    assert not high.node_name
+    assert sched.nominator.node_of(high.uid) == ""
+    assert high.nominated_node_name == ""
+    cluster.apply_pod(pod("high", 10, whole, labels={"touched": "yes"}))  # a later record
+    sched.run_until_idle()
+    assert sched.nominator.node_of(high.uid) == ""
+    assert_no_overcommit(cluster)
