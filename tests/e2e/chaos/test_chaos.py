@@ -1,13 +1,14 @@
 """The chaos tier: two leader-elected ``koord-scheduler run`` replicas, each behind its own
 fault proxy, on the real kube-apiserver with an audit log; a seeded schedule of process, API
 server and network faults while B1-mix GPU pods arrive, are deleted and are re-created under
-the same names. The pods are created by an ordinary user without a schedulerName: koord-webhook
-(``koord-scheduler webhook serve``, registered with the shipped configurations) gives them the
-scheduler's, and is itself killed, restarted and frozen by the schedule while that user keeps
-trying to forge allocations (tests/e2e/chaos/webhook.py). After it settles, from the API
-objects and the audit log alone: no card over capacity, every live pod that fits is bound
-exactly once, no pod lost, no binding written by a replica that did not hold the lease, every
-pod carries the scheduler's name, no forged allocation admitted.
+the same names. The pods are created by an ordinary user, the GPU pods without a schedulerName:
+koord-webhook (``koord-scheduler webhook serve``, registered with the shipped configurations)
+gives them the scheduler's (CPU-only pods, which it leaves alone, name it themselves), and is
+itself killed, restarted and frozen by the schedule while that user keeps trying to forge
+allocations (tests/e2e/chaos/webhook.py). After it settles, from the API objects and the audit
+log alone: no card over capacity, every live pod that fits is bound exactly once, no pod lost,
+no binding written by a replica that did not hold the lease, every pod carries the scheduler's
+name, no forged allocation admitted.
 
 ``CHAOS_SEED`` replays a schedule; ``CHAOS_MINUTES`` sets its length (default: bounded, for
 ``make test``; ``make chaos`` runs a longer one). The figures are printed and written to
@@ -39,6 +40,7 @@ from tests.e2e.chaos.replicas import Replica, Supervisor
 from tests.e2e.chaos.webhook import FORGED_PREFIX, ChaosWebhook, Forger
 from tests.e2e.chaos.workload import (
     add_node,
+    asks_for_gpu,
     b1_limits,
     b1_pod,
     card_usage,
@@ -122,8 +124,7 @@ class Workload:
         self.errors: list[str] = []
 
     def _create(self, name: str, limits: dict[str, str]) -> None:
-        body = b1_pod(name, SCHEDULER, limits, self.selector)
-        del body["spec"]["schedulerName"]  # the webhook's to give
+        body = b1_pod(name, SCHEDULER, limits, self.selector)  # GPU pods: no schedulerName
 
         def post() -> None:
             try:
@@ -479,6 +480,11 @@ def test_chaos(chaos_apiserver: Any, tmp_path: Path, report: Callable[[str], Non
         unnamed = sorted(
             p["metadata"]["name"] for p in pods if p["spec"].get("schedulerName") != SCHEDULER
         )
+        named_by_webhook = sum(
+            1 for p in pods
+            if p["spec"].get("schedulerName") == SCHEDULER
+            and asks_for_gpu(p["spec"]["containers"][0]["resources"].get("limits", {}))
+        )  # fmt: skip
 
         # -- checks from the audit log ----------------------------------------------------
         events = srv.audit_events()
@@ -558,6 +564,7 @@ def test_chaos(chaos_apiserver: Any, tmp_path: Path, report: Callable[[str], Non
             "webhook_starts": webhook.starts,
             "webhook_outages": webhook.outages,
             "pods_without_scheduler_name": len(unnamed),
+            "gpu_pods_named_by_webhook": named_by_webhook,
             "forgeries_attempted": sum(forger.answers.values()),
             "forgeries_answered": {str(k): v for k, v in sorted(forger.answers.items())},
             "forgeries_admitted": len(forged),
@@ -583,6 +590,8 @@ def test_chaos(chaos_apiserver: Any, tmp_path: Path, report: Callable[[str], Non
             )
         if unnamed:
             problems.append(f"pods admitted without the scheduler's name: {unnamed[:20]}")
+        if not named_by_webhook:
+            problems.append("no GPU pod was given the scheduler's name (the webhook never ran?)")
         if forged:
             problems.append(f"forged allocations admitted: {forged[:20]}")
         if not forger.answers.get(403):
