@@ -231,3 +231,41 @@ def test_late_binds_sent_on_resume_from_a_freeze_are_told_apart(
     resumes = {"u-a": [T0 + t for t in resumed_at], "u-b": [T0 + 5.9]}
     strict, on_wire = audit.sent_before_freeze(late, resumes, window=2.0)
     assert (len(strict), len(on_wire)) == ((0, 1) if frozen else (1, 0))
+
+
+def pod_write(
+    verb: str, user: str, name: str, code: int, *, sub: str = "", ns: str = "ns"
+) -> dict[str, Any]:
+    ref = {"resource": "pods", "namespace": ns, "name": name}
+    if sub:
+        ref["subresource"] = sub
+    return {
+        "stage": "ResponseComplete",
+        "verb": verb,
+        "user": {"username": user},
+        "objectRef": ref,
+        "responseStatus": {"code": code},
+        "requestReceivedTimestamp": ts(0),
+        "stageTimestamp": ts(0.01),
+    }
+
+
+def test_pod_writes_of_one_user_with_their_answers() -> None:
+    """The workload user's pod writes (refused ones too, with their code), its bindings
+    included (a binding writes annotations too); other users', other namespaces' and deletes
+    are not."""
+    events = [
+        pod_write("create", "chaos-user", "forged-0001", 403),
+        pod_write("patch", "chaos-user", "p-1", 500, sub="status"),
+        pod_write("patch", "chaos-user", "p-2", 200),
+        pod_write("patch", "u-a", "p-3", 200, sub="status"),
+        pod_write("create", "chaos-user", "p-4", 201, ns="other"),
+        binding(1, "chaos-user", name="p-5"),
+        pod_write("delete", "chaos-user", "p-6", 200),
+    ]
+    assert audit.pod_writes(events, "ns", "chaos-user") == [
+        audit.PodWrite("create", "forged-0001", "", 403),
+        audit.PodWrite("patch", "p-1", "status", 500),
+        audit.PodWrite("patch", "p-2", "", 200),
+        audit.PodWrite("create", "p-5", "binding", 201),
+    ]

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+WORKLOAD_USER = "chaos-user"
+"""The ordinary user who creates the workload's pods (and tries to forge allocations)."""
 AUDIT_POLICY: dict[str, Any] = {
     "apiVersion": "audit.k8s.io/v1",
     "kind": "Policy",
@@ -48,6 +50,12 @@ AUDIT_POLICY: dict[str, Any] = {
             "level": "Metadata",
             "verbs": ["create", "delete"],
             "resources": [{"group": "", "resources": ["pods"]}],
+        },
+        {
+            "level": "Metadata",
+            "users": [WORKLOAD_USER],
+            "verbs": ["update", "patch"],
+            "resources": [{"group": "", "resources": ["pods", "pods/status"]}],
         },
         {"level": "None"},
     ],
@@ -259,4 +267,29 @@ def transitions(leases: Iterable[LeaseWrite]) -> list[LeaseWrite]:
     for w in leases:
         if not out or out[-1].holder != w.holder:
             out.append(w)
+    return out
+
+
+@dataclass(frozen=True)
+class PodWrite:
+    verb: str
+    name: str
+    subresource: str
+    code: int
+
+
+def pod_writes(events: Iterable[Mapping[str, Any]], namespace: str, user: str) -> list[PodWrite]:
+    """Every completed create, update or patch of a pod or a subresource (``status``,
+    ``binding``) by ``user``, with its answer."""
+    out: list[PodWrite] = []
+    for ev in _complete(events):
+        ref = ev.get("objectRef") or {}
+        if ref.get("resource") != "pods" or ref.get("namespace") != namespace:
+            continue
+        if (ev.get("user") or {}).get("username") != user:
+            continue
+        if ev.get("verb") not in ("create", "update", "patch"):
+            continue
+        code = int((ev.get("responseStatus") or {}).get("code", 0))
+        out.append(PodWrite(ev["verb"], str(ref.get("name", "")), ref.get("subresource", ""), code))
     return out

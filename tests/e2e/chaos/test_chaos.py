@@ -1,9 +1,14 @@
 """The chaos tier: two leader-elected ``koord-scheduler run`` replicas, each behind its own
 fault proxy, on the real kube-apiserver with an audit log; a seeded schedule of process, API
 server and network faults while B1-mix GPU pods arrive, are deleted and are re-created under
-the same names. After it settles, from the API objects and the audit log alone: no card over
-capacity, every live pod that fits is bound exactly once, no pod lost, no binding written by a
-replica that did not hold the lease.
+the same names. The pods are created by an ordinary user, the GPU pods without a schedulerName:
+koord-webhook (``koord-scheduler webhook serve``, registered with the shipped configurations)
+gives them the scheduler's (CPU-only pods, which it leaves alone, name it themselves), and is
+itself killed, restarted and frozen by the schedule while that user keeps trying to forge
+allocations (tests/e2e/chaos/webhook.py). After it settles, from the API objects and the audit
+log alone: no card over capacity, every live pod that fits is bound exactly once, no pod lost,
+no binding written by a replica that did not hold the lease, every pod carries the scheduler's
+name, no forged allocation admitted.
 
 ``CHAOS_SEED`` replays a schedule; ``CHAOS_MINUTES`` sets its length (default: bounded, for
 ``make test``; ``make chaos`` runs a longer one). The figures are printed and written to
@@ -32,7 +37,16 @@ import pytest
 from tests.e2e.chaos import audit
 from tests.e2e.chaos.faultproxy import FaultProxy
 from tests.e2e.chaos.replicas import Replica, Supervisor
-from tests.e2e.chaos.workload import add_node, b1_limits, b1_pod, card_usage, fits_somewhere
+from tests.e2e.chaos.webhook import FORGED_PREFIX, ChaosWebhook, Forger
+from tests.e2e.chaos.workload import (
+    add_node,
+    asks_for_gpu,
+    b1_limits,
+    b1_pod,
+    card_usage,
+    fits_somewhere,
+    node_name,
+)
 from tests.e2e.chaos.workload import over_committed as find_over_committed
 from tests.e2e.test_scheduler_harness import DEVICES, Kube, KubeError, scheduler_config
 
@@ -63,7 +77,10 @@ FAULTS = (
     "recreate_inflight",
     "latency",
     "reset_connections",
+    "restart_webhook",
+    "stall_webhook",
 )
+WEBHOOK_STALL_S = 8.0  # > the configurations' timeoutSeconds (5): the API server's calls time out
 
 
 def _minutes() -> float:
@@ -89,8 +106,12 @@ class Workload:
     """Creates pods at a steady rate in a thread; ``recreate`` deletes and re-creates pods
     under the same names right after creating them (their binds in flight)."""
 
-    def __init__(self, kube: Kube, rng: random.Random, selector: dict[str, str]) -> None:
+    def __init__(
+        self, kube: Kube, user: Kube, rng: random.Random, selector: dict[str, str]
+    ) -> None:
         self.kube = kube
+        self.user = user
+        """The ordinary user (``audit.WORKLOAD_USER``) who creates the pods."""
         self.rng = rng
         self.selector = selector
         self.lock = threading.Lock()
@@ -103,11 +124,11 @@ class Workload:
         self.errors: list[str] = []
 
     def _create(self, name: str, limits: dict[str, str]) -> None:
-        body = b1_pod(name, SCHEDULER, limits, self.selector)
+        body = b1_pod(name, SCHEDULER, limits, self.selector)  # GPU pods: no schedulerName
 
         def post() -> None:
             try:
-                self.kube.post(f"/api/v1/namespaces/{NS}/pods", body)
+                self.user.post(f"/api/v1/namespaces/{NS}/pods", body)
             except KubeError as exc:
                 if exc.status != 409:  # 409 after a retried create that had landed
                     raise
@@ -122,6 +143,10 @@ class Workload:
         with self.lock:
             self.live.pop(name, None)
             self.deleted += 1
+
+    def names(self) -> list[str]:
+        with self.lock:
+            return sorted(self.live)
 
     def new_pod(self) -> None:
         with self.lock:
@@ -175,8 +200,17 @@ class Chaos:
     """The fault schedule's actions; each returns a line for the fault log."""
 
     def __init__(
-        self, srv: Any, kube: Kube, replicas: list[Replica], work: Workload, rng: random.Random
+        self,
+        srv: Any,
+        kube: Kube,
+        replicas: list[Replica],
+        work: Workload,
+        rng: random.Random,
+        webhook: ChaosWebhook,
+        forger: Forger,
     ) -> None:
+        self.webhook = webhook
+        self.forger = forger
         self.srv = srv
         self.kube = kube
         self.replicas = replicas
@@ -278,6 +312,25 @@ class Chaos:
         n = r.proxy.reset("all")
         return f"reset {n} connections of {r.identity}"
 
+    def restart_webhook(self) -> str:
+        """SIGKILL the webhook; pod creates fail (mutate and guard fail closed) and are retried,
+        forgeries are tried while it is down; then it starts again."""
+        self.webhook.kill()
+        self.webhook.outages += 1
+        down = self.rng.uniform(2, 6)
+        self.forger.during(down, self.work.names)
+        self.webhook.start()
+        return f"webhook SIGKILLed, restarted after {down:.1f}s (forgeries tried meanwhile)"
+
+    def stall_webhook(self) -> str:
+        """SIGSTOP the webhook past the configurations' timeoutSeconds: the API server's calls
+        time out (failurePolicy decides), forgeries are tried; then SIGCONT."""
+        self.webhook.signal(signal.SIGSTOP)
+        self.webhook.outages += 1
+        self.forger.during(WEBHOOK_STALL_S, self.work.names)
+        self.webhook.signal(signal.SIGCONT)
+        return f"webhook SIGSTOPped {WEBHOOK_STALL_S:.0f}s (forgeries tried meanwhile)"
+
 
 def schedule(rng: random.Random, minutes: float) -> list[str]:
     """Every kind once (shuffled), then more at random until the time budget is spent.
@@ -296,6 +349,8 @@ def schedule(rng: random.Random, minutes: float) -> list[str]:
         "restart_apiserver": 20,
         "recreate_inflight": 10,
         "latency": 15,
+        "restart_webhook": 10,
+        "stall_webhook": 12,
     }
     budget = minutes * 60 - sum(cost.get(k, 5) + 8 for k in kinds)
     while budget > 0:
@@ -308,6 +363,7 @@ def schedule(rng: random.Random, minutes: float) -> list[str]:
 @pytest.fixture
 def chaos_apiserver(make_apiserver: Callable[..., Any]) -> Any:
     users = {f"koord-chaos-{n}": ["system:masters"] for n in ("replica-a", "replica-b")}
+    users[audit.WORKLOAD_USER] = ["chaos-users"]
     return make_apiserver(audit_policy=audit.AUDIT_POLICY, extra_users=users)
 
 
@@ -359,9 +415,13 @@ def test_chaos(chaos_apiserver: Any, tmp_path: Path, report: Callable[[str], Non
         proxy = FaultProxy("127.0.0.1", srv.port).start()
         kubeconfig = srv.kubeconfig_path(srv.token_for(user), server=proxy.url)
         replicas.append(Replica(name, user, kubeconfig, cfg, tmp_path, proxy, REPLICA_ARGS))
+    webhook = ChaosWebhook(tmp_path, SCHEDULER, [r.user for r in replicas]).start()
+    workload_user = Kube(srv.url, srv.token_for(audit.WORKLOAD_USER))
+    webhook.register(kube, workload_user, NS)
+    forger = Forger(workload_user, NS, [node_name("chaos", i) for i in range(NODES)], rng)
     supervisor = Supervisor(replicas).start()
-    work = Workload(kube, rng, selector)
-    chaos = Chaos(srv, kube, replicas, work, rng)
+    work = Workload(kube, workload_user, rng, selector)
+    chaos = Chaos(srv, kube, replicas, work, rng, webhook, forger)
     faults: list[str] = []
     arrival: threading.Thread | None = None
     try:
@@ -377,6 +437,7 @@ def test_chaos(chaos_apiserver: Any, tmp_path: Path, report: Callable[[str], Non
             line = getattr(chaos, kind)()
             faults.append(f"{time.monotonic() - start:7.1f}s {kind}: {line}")
             report(faults[-1])
+            forger.attempt(work.names())
         while work.created < PODS and not work.errors:  # the bounded run: all pods arrive
             time.sleep(1)
         work.stop.set()
@@ -388,6 +449,9 @@ def test_chaos(chaos_apiserver: Any, tmp_path: Path, report: Callable[[str], Non
             r.proxy.unstall()
             r.proxy.set_latency(0.0)
             r.signal(signal.SIGCONT)
+        webhook.signal(signal.SIGCONT)
+        if not webhook.running():
+            webhook.start()
         settle_start = time.monotonic()
         stuck: list[str] = []
         while time.monotonic() - settle_start < SETTLE_TIMEOUT_S:
@@ -413,9 +477,27 @@ def test_chaos(chaos_apiserver: Any, tmp_path: Path, report: Callable[[str], Non
         lost = sorted(set(work.live) - set(by_name))
         bound = [p for p in pods if p["spec"].get("nodeName")]
         pending = [p for p in pods if not p["spec"].get("nodeName")]
+        unnamed = sorted(
+            p["metadata"]["name"] for p in pods if p["spec"].get("schedulerName") != SCHEDULER
+        )
+        named_by_webhook = sum(
+            1 for p in pods
+            if p["spec"].get("schedulerName") == SCHEDULER
+            and asks_for_gpu(p["spec"]["containers"][0]["resources"].get("limits", {}))
+        )  # fmt: skip
 
         # -- checks from the audit log ----------------------------------------------------
         events = srv.audit_events()
+        user_writes = audit.pod_writes(events, NS, audit.WORKLOAD_USER)
+        forged = sorted(
+            {f"{w.verb} {w.name}/{w.subresource} ({w.code})" for w in user_writes
+             if w.code < 300
+             and (w.verb in ("patch", "update") or w.subresource == "binding"
+                  or w.name.startswith(FORGED_PREFIX))}
+            | set(forger.admitted)
+            | {f"live {p['metadata']['name']}" for p in pods
+               if p["metadata"]["name"].startswith(FORGED_PREFIX)}
+        )  # fmt: skip
         leases = audit.lease_writes(events, "default", LEASE)
         bindings = audit.binding_writes(events, NS)
         users = {r.user: r.identity_prefix for r in replicas}
@@ -479,6 +561,13 @@ def test_chaos(chaos_apiserver: Any, tmp_path: Path, report: Callable[[str], Non
             "sigterm_exits_over_grace_period": len(chaos.grace_overruns),
             "replica_restarts": supervisor.restarts,
             "settle_seconds": round(settle_s, 1),
+            "webhook_starts": webhook.starts,
+            "webhook_outages": webhook.outages,
+            "pods_without_scheduler_name": len(unnamed),
+            "gpu_pods_named_by_webhook": named_by_webhook,
+            "forgeries_attempted": sum(forger.answers.values()),
+            "forgeries_answered": {str(k): v for k, v in sorted(forger.answers.items())},
+            "forgeries_admitted": len(forged),
         }
         report("figures " + json.dumps(figures))
         if os.environ.get("CHAOS_REPORT"):
@@ -499,6 +588,14 @@ def test_chaos(chaos_apiserver: Any, tmp_path: Path, report: Callable[[str], Non
                 f"did not exit within {GRACE_S:.0f}s of SIGTERM (SIGKILLed, as kubelet would): "
                 f"{chaos.grace_overruns}"
             )
+        if unnamed:
+            problems.append(f"pods admitted without the scheduler's name: {unnamed[:20]}")
+        if not named_by_webhook:
+            problems.append("no GPU pod was given the scheduler's name (the webhook never ran?)")
+        if forged:
+            problems.append(f"forged allocations admitted: {forged[:20]}")
+        if not forger.answers.get(403):
+            problems.append(f"no forgery met the guard (answers {dict(forger.answers)})")
         if not_once:
             problems.append(
                 f"bound pods without exactly one binding: {dict(list(not_once.items())[:20])}"
@@ -515,5 +612,6 @@ def test_chaos(chaos_apiserver: Any, tmp_path: Path, report: Callable[[str], Non
         if arrival is not None:
             arrival.join(60)
         supervisor.stop()
+        webhook.stop()
         for r in replicas:
             r.proxy.stop()

@@ -5,7 +5,10 @@ every 20th node's Device carries a ``node.koordinator.sh/devices-checkpoints`` e
 card 0 for a kubelet-allocated pod (the scheduler must treat that card as full).
 
 Pods: the B1 GPU mix (30% gpu-core 50 + ratio 50, 20% gpu-core 25 + gpu-memory 4Gi, 30%
-nvidia.com/gpu 1, 10% nvidia.com/gpu 2, 10% CPU-only), each with cpu 1 and memory 4Gi.
+nvidia.com/gpu 1, 10% nvidia.com/gpu 2, 10% CPU-only), each with cpu 1 and memory 4Gi. A GPU
+pod names no scheduler (koord-webhook's mutate gives it the tier's); a CPU-only pod names the
+scheduler itself, because mutate leaves pods that ask for no GPU alone by design (the API
+server would default them to ``default-scheduler``, which the tier does not run).
 
 Checks (``card_usage``, ``over_committed``, ``fits_somewhere``) read only the API objects:
 bound pods' ``scheduling.koordinator.sh/device-allocated`` annotations and the Device CRs.
@@ -78,10 +81,23 @@ def b1_limits(rng: random.Random) -> dict[str, str]:
     return base
 
 
+CPU_MEMORY = ("cpu", "memory")
+
+
+def asks_for_gpu(limits: Mapping[str, str]) -> bool:
+    """Whether a B1 pod asks for a device (anything beyond cpu and memory); decided here, not
+    by the webhook's own policy, so that the tier checks the webhook instead of trusting it."""
+    return any(name not in CPU_MEMORY for name in limits)
+
+
 def b1_pod(
     name: str, scheduler: str, limits: Mapping[str, str], selector: Mapping[str, str]
 ) -> dict[str, Any]:
-    return gpu_pod(name, scheduler, limits, node_selector=selector)
+    """A workload pod: ``scheduler`` named only when it asks for no GPU (see the module doc)."""
+    pod = gpu_pod(name, scheduler, limits, node_selector=selector)
+    if asks_for_gpu(limits):
+        del pod["spec"]["schedulerName"]  # the webhook's to give
+    return pod
 
 
 @dataclass
