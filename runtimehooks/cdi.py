@@ -216,6 +216,16 @@ class CDISpecs:
             return False
         return True
 
+    def remove(self, pod_uid: str, container: str) -> bool:
+        """Remove the container's spec (a refused re-creation); False: none, or not a name
+        this module writes."""
+        try:
+            name = _file_name(pod_uid, container)
+        except CDIError:
+            return False
+        with self._lock:
+            return self._remove(name)
+
     def remove_pod(self, pod_uid: str) -> int:
         """Remove every spec of the pod (its sandbox stopped); returns how many went."""
         with self._lock:

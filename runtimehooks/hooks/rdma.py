@@ -196,6 +196,11 @@ class RDMAHook:
                 self._denials.denied(Denial(pod, container, REASON_RDMA_UNAVAILABLE, message))
             except Exception as err:
                 log.error("reporting an rdma denial failed", error=repr(err))
+        if self.cdi is not None:  # an earlier spec of this container is not left behind
+            try:
+                self.cdi.remove(pod.uid, container)
+            except OSError as err:
+                log.error("removing a refused container's rdma cdi spec failed", error=repr(err))
         rest = tuple(d for d in ctx.devices if not d.path.startswith(f"{IB_DEV_DIR}/"))
         return _with_devices(self._sanitized(ctx, None), rest)
 

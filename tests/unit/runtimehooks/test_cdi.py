@@ -326,6 +326,15 @@ def test_foreign_device_names_in_the_request_are_removed(sysfs: Path, tmp_path: 
         assert f"{KIND}=uid-victim_main" not in named
 
 
+def test_a_refused_re_creation_leaves_no_earlier_spec(sysfs: Path, tmp_path: Path) -> None:
+    hook = RDMAHook(sysfs, cdi=CDISpecs(tmp_path))
+    hook(_ctx(_annotation((NIC_A, (VFS_A[0],)))))
+    assert list(_resolve(tmp_path)) == ["koordinator.sh/rdma=uid-a_main"]
+    out = hook(_ctx(_annotation((NIC_A, ("0000:99:00.2",)))))  # same uid and container
+    assert ANNOTATION_KEY not in out.container_annotations
+    assert _resolve(tmp_path) == {}
+
+
 def test_without_cdi_nothing_is_annotated(sysfs: Path) -> None:
     out = RDMAHook(sysfs)(_ctx(_annotation((NIC_A, (VFS_A[0],)))))
     assert len(out.devices) == 2
@@ -399,7 +408,7 @@ def test_no_container_ever_resolves_to_a_device_of_another_pod(
                     if qualified == REFUSED_DEVICE:
                         continue
                     assert valid and qualified == f"{KIND}={uid}_{op[2]}"
-                    assert specs[qualified] == [CM_NODE, *(_node(v) for v in vfs)]
+                    assert sorted(specs[qualified]) == sorted([CM_NODE, *map(_node, vfs)])
                 assert (ANNOTATION_KEY in out.container_annotations
                         and out.container_annotations[ANNOTATION_KEY] != REFUSED_DEVICE) == (
                     bool(vfs) and valid)
