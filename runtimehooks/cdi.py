@@ -23,7 +23,8 @@ Invariants:
   ``*.yaml`` only; then ``rename``), mode 0644. A failed write leaves no file for the entry
   (a previous one of the same name is removed), so the annotation never names stale content.
 - A pod's entries go with ``remove_pod`` (its sandbox stopped) or ``retain`` (the node's pod
-  list no longer has it); ``retain`` keeps entries written after the list started.
+  list no longer has it); ``retain`` keeps entries written after the list started. A refused
+  container's goes with ``remove``.
 - Thread-safe (one lock); nothing happens at construction.
 """
 
