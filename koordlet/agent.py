@@ -205,12 +205,17 @@ class Agent:
             else None
         )
         self.services = list(services)
+        self._pod_listeners: list[Callable[[frozenset[str], float], None]] = []
         self.watcher: HealthWatcher | None = None
         self._started: list[Callable[[], None]] = []
 
     def add_service(self, service: Service) -> None:
         """Start ``service`` with the agent (after its own parts); before ``start()``."""
         self.services.append(service)
+
+    def on_pods_listed(self, listener: Callable[[frozenset[str], float], None]) -> None:
+        """Call ``listener(pod uids, listed_at)`` after every pod list (on the sync thread)."""
+        self._pod_listeners.append(listener)
 
     def checkpoint_entries(self) -> tuple[PodDeviceEntry, ...]:
         """The kubelet's GPU holders: the checkpoint plus what the hook saw, by card UUID."""
@@ -221,6 +226,11 @@ class Agent:
         self.pods.replace(pods.records.values(), listed_at)
         self.admission.observe(pods.records.values(), listed_at)
         self.hot_devices.retain(pods.uids, listed_at)
+        for listener in self._pod_listeners:
+            try:
+                listener(pods.uids, listed_at)
+            except Exception as exc:  # a listener never stops the sync loop
+                log.error("a pod-list listener failed", error=repr(exc))
 
     def kubelet_devices(self, pod_uid: str, container: str, device_ids: tuple[str, ...]) -> None:
         """The runtime hook saw device-plugin GPUs on a container: publish them now."""

@@ -49,6 +49,7 @@ from koordlet.fairshare.server import (
 from koordlet.fairshare.service import EVENT_REASON as FAIRSHARE_EVENT_REASON
 from koordlet.fairshare.service import FairShareService
 from koordlet.hookserver import (
+    DEFAULT_CDI_DIR,
     DEFAULT_HOOK_DIR,
     DEFAULT_SOCKET,
     FairShareWiring,
@@ -228,9 +229,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         on_kubelet_devices=agent.kubelet_devices,
         admission=agent.admission,
         sysfs_root=args.sysfs_root,
+        cdi_dir=args.cdi_dir,
     )
     if hooks is not None:
         agent.add_service(hooks)
+        agent.on_pods_listed(hooks.pods_listed)
     if args.gpushare_device_plugin:
         agent.add_service(_gpushare_service(args, node_name, api, agent_ref))
     agent_ref.append(agent)
@@ -488,6 +491,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--hook-dir", default=DEFAULT_HOOK_DIR, help="runtime proxy's hook dir")
     run.add_argument("--socket", default=DEFAULT_SOCKET, help="runtime-hook unix socket")
     run.add_argument("--visible-devices-by", choices=("minor", "uuid"), default="minor")
+    run.add_argument(
+        "--cdi-dir",
+        default=DEFAULT_CDI_DIR,
+        metavar="DIR",
+        help="where the RDMA hook writes the CDI spec of each container's RDMA devices (the "
+        "runtime's CDI spec directory; default %(default)s; empty: no CDI, no RDMA device "
+        "reaches a container)",
+    )
     run.add_argument(
         "--gpushare-device-plugin",
         action="store_true",

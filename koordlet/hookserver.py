@@ -17,6 +17,10 @@ records become ``PodSpec``s, ``PodMissing``/``PodUnavailable`` become ``PodLooku
 denials go to ``on_denied``, device-plugin ids to ``on_kubelet_devices``, and with
 ``admission`` (the agent's ``GPUAdmission``) the GPU hook admits a pod at the node before its
 containers see its cards.
+
+With ``sysfs_root`` the RDMA hook runs; with ``cdi_dir`` too, it delivers the devices through
+CDI spec files there (``runtimehooks.cdi``), removed at PostStopPodSandbox and, through
+``pods_listed`` (the agent's pod lists), once the pod is gone from the node.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from koordlet.pods.cache import PodCache, PodMissing, PodUnavailable
 from koordlet.pods.fairshare import FairSharePod
 
 __all__ = [
+    "DEFAULT_CDI_DIR",
     "DEFAULT_HOOK_DIR",
     "DEFAULT_SOCKET",
     "FairShareWiring",
@@ -45,6 +50,8 @@ __all__ = [
 ]
 
 DEFAULT_HOOK_DIR: Final = "/etc/runtime/hookserver.d"
+DEFAULT_CDI_DIR: Final = "/var/run/cdi"
+"""The dynamic CDI spec directory containerd and CRI-O read by default (``runtimehooks.cdi``)."""
 DEFAULT_SOCKET: Final = "/var/run/koordlet/koordlet.sock"
 
 log = structlog.get_logger("koordlet.hooks")
@@ -180,7 +187,9 @@ class HookService:
         on_kubelet_devices: OnKubeletDevices | None = None,
         admission: GPUAdmission | None = None,
         sysfs_root: str | os.PathLike[str] | None = None,
+        cdi_dir: str | os.PathLike[str] = "",
     ) -> None:
+        from runtimehooks.cdi import CDISpecs
         from runtimehooks.hooks import new_default_registry
         from runtimehooks.hooks.gpu import GPUHookOptions
         from runtimehooks.hooks.rdma import RDMAHook
@@ -190,6 +199,9 @@ class HookService:
         ports = (
             _hook_ports(pods, on_denied, on_kubelet_devices, admission) if pods is not None else {}
         )
+        self.cdi = (
+            CDISpecs(cdi_dir) if sysfs_root is not None and os.fspath(cdi_dir) else None
+        )
         self.registry = new_default_registry(
             GPUHookOptions(visible_devices_by=visible_devices_by),  # type: ignore[arg-type]
             observer=_Observer(observe),
@@ -197,13 +209,25 @@ class HookService:
                 _fairshare_hook(fairshare, ports.get("denials")) if fairshare is not None else None
             ),
             rdma=(
-                RDMAHook(sysfs_root, denials=ports.get("denials"))
+                RDMAHook(sysfs_root, denials=ports.get("denials"), cdi=self.cdi)
                 if sysfs_root is not None else None
             ),
             **ports,
         )
         self._server: Any = None
         self.registration: Path | None = None
+
+    def pods_listed(self, pod_uids: frozenset[str], listed_at: float) -> None:
+        """The node's pods (listed from ``listed_at``): the CDI specs of the others go."""
+        if self.cdi is None:
+            return
+        try:
+            removed = self.cdi.retain(pod_uids, listed_at)
+        except OSError as exc:
+            log.error("removing stale rdma cdi specs failed", error=str(exc))
+            return
+        if removed:
+            log.info("rdma cdi specs of departed pods removed", count=removed)
 
     def start(self) -> None:
         from runtimehooks.server import HookServer, SocketPathError, write_registration
@@ -252,6 +276,7 @@ def hook_service(
     on_kubelet_devices: OnKubeletDevices | None = None,
     admission: GPUAdmission | None = None,
     sysfs_root: str | os.PathLike[str] | None = None,
+    cdi_dir: str | os.PathLike[str] = "",
 ) -> HookService | None:
     """The hook service, or None when disabled (empty socket) or unavailable (logged)."""
     if not socket_path:
@@ -269,6 +294,7 @@ def hook_service(
             on_kubelet_devices=on_kubelet_devices,
             admission=admission,
             sysfs_root=sysfs_root,
+            cdi_dir=cdi_dir,
         )
     except ImportError as exc:
         log.warning("runtime hook server unavailable: running without it", error=str(exc))

@@ -1,7 +1,8 @@
 """The node agent's runtime hooks and the default wiring of them.
 
 Role: ``new_default_registry`` is what ``koordlet run`` registers: the GPU hook at
-PreCreateContainer, the RDMA hook (when the agent gives it a sysfs root), and after them the
+PreCreateContainer, the RDMA hook (when the agent gives it a sysfs root; with a CDI directory
+also its spec cleanup at PostStopPodSandbox), and after them the
 fair-share (Gemini) hook when the agent serves one.
 Each hook lives in its own module and depends only on ``runtimehooks.context`` and ``apis``
 (never on protobuf or grpc).
@@ -15,6 +16,7 @@ from runtimehooks.hooks.fairshare import HOOK_NAME as FAIRSHARE_HOOK_NAME
 from runtimehooks.hooks.fairshare import FairShareHook
 from runtimehooks.hooks.gpu import HOOK_NAME as GPU_HOOK_NAME
 from runtimehooks.hooks.gpu import GPUHook, GPUHookOptions
+from runtimehooks.hooks.rdma import CLEANUP_HOOK_NAME as RDMA_CLEANUP_HOOK_NAME
 from runtimehooks.hooks.rdma import HOOK_NAME as RDMA_HOOK_NAME
 from runtimehooks.hooks.rdma import RDMAHook
 from runtimehooks.ports import DenialSink, KubeletDeviceSink, PodAdmission, PodSource
@@ -46,6 +48,11 @@ def new_default_registry(
         registry.register_container_hook(
             Stage.PRE_CREATE_CONTAINER, RDMA_HOOK_NAME, rdma, FailurePolicy.FAIL
         )
+        if rdma.cdi is not None:  # the pod's CDI specs go with its sandbox
+            registry.register_sandbox_hook(
+                Stage.POST_STOP_POD_SANDBOX, RDMA_CLEANUP_HOOK_NAME, rdma.stop_sandbox,
+                FailurePolicy.IGNORE,
+            )
     if fairshare is not None:  # fail closed: an opted-in pod is never run unthrottled
         registry.register_container_hook(
             Stage.PRE_CREATE_CONTAINER, FAIRSHARE_HOOK_NAME, fairshare, FailurePolicy.FAIL

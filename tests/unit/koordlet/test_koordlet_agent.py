@@ -319,3 +319,20 @@ def test_a_pod_over_committing_a_running_pod_card_is_refused_failed_and_counted(
     assert (event["reason"], event["type"]) == ("GPUOvercommit", "Warning")
     assert event["message"] == message
     assert registry.get_sample_value("koordlet_gpu_admission_refused_total") == 1.0
+
+
+def test_pod_list_listeners_see_every_list_and_cannot_stop_the_loop(
+    agent: tuple[Agent, FakeNodeAPI, Recorder],
+) -> None:
+    a, api, _ = agent
+    api.pods = NodePods(uids=frozenset({"uid-a", "uid-b"}))
+    seen: list[frozenset[str]] = []
+
+    def broken(uids: frozenset[str], listed_at: float) -> None:
+        raise RuntimeError("a listener bug")
+
+    a.on_pods_listed(broken)  # the hook server's CDI cleanup is one (koordlet run)
+    a.on_pods_listed(lambda uids, listed_at: seen.append(uids))
+    a.start()
+    _wait_for(lambda: seen == [frozenset({"uid-a", "uid-b"})])
+    assert a.healthy()
