@@ -172,21 +172,23 @@ def test_too_many_nodes_and_none_are_refused() -> None:
         spec_json("uid", "main", [])
 
 
-def test_a_failed_write_leaves_no_entry(tmp_path: Path) -> None:
+def test_a_failed_write_leaves_no_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "cdi").write_text("a file, not a directory")
     with pytest.raises(CDIError):
         CDISpecs(tmp_path / "cdi").write("uid", "main", [LinuxDevice("/dev/x", 10, 1)])
-    cdi_dir = tmp_path / "ro"
+    cdi_dir = tmp_path / "specs"
     cdi = CDISpecs(cdi_dir)
     cdi.write("uid", "main", [LinuxDevice("/dev/x", 10, 1)])
-    os.chmod(cdi_dir, 0o555)
-    try:
-        if os.access(cdi_dir, os.W_OK):
-            pytest.skip("running as root: directory permissions do not apply")
-        with pytest.raises(CDIError):
-            cdi.write("uid", "main", [LinuxDevice("/dev/x", 10, 2)])
-    finally:
-        os.chmod(cdi_dir, 0o755)
+
+    def disk_full(src: object, dst: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    # The rename fails (as a full or read-only disk fails it, root or not): the new content
+    # never lands, the earlier spec of that name is gone, no temporary file is left.
+    monkeypatch.setattr(os, "replace", disk_full)
+    with pytest.raises(CDIError):
+        cdi.write("uid", "main", [LinuxDevice("/dev/x", 10, 2)])
+    assert os.listdir(cdi_dir) == []
 
 
 def test_remove_pod_and_retain(tmp_path: Path) -> None:
