@@ -239,15 +239,18 @@ class Agent:
     def deny(
         self, namespace: str, name: str, uid: str, container: str, reason: str, message: str
     ) -> None:
-        """A container of pod namespace/name was started without GPUs (fail closed)."""
+        """A container of pod namespace/name was started without its devices (fail closed):
+        its GPUs, or for the RDMA hook's reasons (``rdma-…``) its RDMA devices."""
         self.metrics.hook_denial(reason)
+        rdma = reason.startswith("rdma")
         if self.events is not None:
             self.events.warn(
                 namespace,
                 name,
                 uid,
-                "GPUAllocationNotServed",
-                f"container {container!r} started without GPUs ({reason}): {message}",
+                "RDMAAllocationNotServed" if rdma else "GPUAllocationNotServed",
+                f"container {container!r} started without "
+                f"{'RDMA devices' if rdma else 'GPUs'} ({reason}): {message}",
             )
 
     def _refused(self, refusal: Refusal) -> None:

@@ -259,11 +259,16 @@ def test_denials_are_counted_and_posted_as_events(fake: FakeLibrary, tmp_path: P
     a.events.start()
     try:
         a.deny("ns", "p", "uid-p", "main", "pod-not-found", "pod ns/p does not exist")
-        _wait_for(lambda: len(events.posted) == 1)
+        a.deny("ns", "p", "uid-p", "main", "rdma-unavailable", "VF 0000:18:00.9 not on node")
+        _wait_for(lambda: len(events.posted) == 2)
     finally:
         a.events.stop()
     assert events.posted[0]["type"] == "Warning"
+    assert events.posted[0]["reason"] == "GPUAllocationNotServed"
     assert "container 'main' started without GPUs (pod-not-found)" in str(events.posted[0])
+    assert events.posted[1]["reason"] == "RDMAAllocationNotServed"
+    rdma = "container 'main' started without RDMA devices (rdma-unavailable)"
+    assert rdma in str(events.posted[1])
     value = registry.get_sample_value(
         "koordlet_runtime_hook_denied_total", {"reason": "pod-not-found"}
     )
