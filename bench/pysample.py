@@ -5,12 +5,14 @@ Usage (as B2's ``--koord-wrap``, which puts it before ``python -m scheduler.cli 
     python bench/b2_e2e.py --schedulers koord --rounds 1 \\
         --koord-wrap "python bench/pysample.py --out /tmp/prof.txt --"
 
-Every ``--interval`` seconds a daemon thread reads ``sys._current_frames()`` and counts, per
-function (file:line name), the samples in which it is on a stack (inclusive) and on top of it
-(self); threads whose top frame is a known wait (a lock, a condition, ``select``, a socket
-read) are counted apart as idle. The report (busy samples only, inclusive share first) is
-written when the process exits (SIGINT or SIGTERM). The sampler holds the GIL while it walks
-the stacks, so CPU figures of a profiled run include its cost: use it for shares, not times.
+With ``--cprofile`` (recommended), every thread runs under cProfile timed by its own CPU
+clock, and the merged profile (cumulative, then self time) is written to ``--out`` (and
+``OUT.pstats``); cProfile's overhead inflates the times several-fold, so read shares.
+
+Otherwise, every ``--interval`` seconds a daemon thread reads ``sys._current_frames()`` and
+counts, per function, the samples in which it is on a stack (inclusive) and on top (self);
+threads whose top frame is a known wait are counted apart as idle. This is imperfect: a
+thread blocked inside C code (a queue get, a socket read) shows its Python caller as busy.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from __future__ import annotations
 import argparse
 import atexit
 import collections
+import contextlib
+import cProfile
+import pstats
 import runpy
 import signal
 import sys
@@ -95,12 +100,46 @@ class Sampler(threading.Thread):
         out.write_text("\n".join(lines) + "\n")
 
 
+class ThreadProfiles:
+    """cProfile in every thread, timed by that thread's own CPU clock (``time.thread_time``),
+    so a thread waiting for the GIL, a socket or a queue costs nothing: the merged profile is
+    where the process's CPU went."""
+
+    def __init__(self) -> None:
+        self.profiles: list[cProfile.Profile] = []
+        self.lock = threading.Lock()
+
+    def install(self, *_: object) -> None:
+        prof = cProfile.Profile(time.thread_time)
+        with self.lock:
+            self.profiles.append(prof)
+        prof.enable()
+
+    def report(self, out: Path) -> None:
+        with self.lock:
+            profs = list(self.profiles)
+        stats = pstats.Stats(profs[0])
+        for prof in profs[1:]:
+            with contextlib.suppress(TypeError):  # a profiler that never ran
+                stats.add(prof)
+        stats.dump_stats(str(out) + ".pstats")
+        with out.open("w") as f:
+            stats.stream = f  # type: ignore[attr-defined]
+            stats.sort_stats("cumulative").print_stats(70)
+            stats.sort_stats("tottime").print_stats(40)
+
+
 def main() -> None:
     argv = sys.argv[1:]
     split = argv.index("--")
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--interval", type=float, default=0.005)
+    parser.add_argument(
+        "--cprofile",
+        action="store_true",
+        help="cProfile every thread on its CPU clock instead of sampling stacks",
+    )
     args = parser.parse_args(argv[:split])
     rest = argv[split + 1 :]
     if rest and ("python" in rest[0].rsplit("/", 1)[-1]):
@@ -110,9 +149,15 @@ def main() -> None:
     module, sys.argv = rest[1], [rest[1], *rest[2:]]
     sampler = Sampler(args.interval)
     started = time.perf_counter()
-    atexit.register(lambda: sampler.report(Path(args.out)))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    sampler.start()
+    if args.cprofile:
+        profiles = ThreadProfiles()
+        atexit.register(lambda: profiles.report(Path(args.out)))
+        threading.setprofile(profiles.install)
+        profiles.install()
+    else:
+        atexit.register(lambda: sampler.report(Path(args.out)))
+        sampler.start()
     try:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
     finally:
