@@ -8,8 +8,12 @@ CR each). Workloads: ``backlog`` (all pods created before the scheduler starts) 
 (``nvidia.com/gpu: 1``), ``cpu`` (cpu and memory only) and ``share`` (half a card through
 ``koordinator.sh/gpu-core``/``gpu-memory-ratio``; for koord's figures, e.g. memory at 5,000
 nodes x 50,000 pods). For each run it prints pods/s from
-the first to the last bind (on a watch of its own), the wall time from process start to the
-last bind, the scheduler's CPU seconds per bound pod (``/proc``), the scheduling SLI p50/p99
+the first to the last bind (on a watch of its own; column ``pods/s``, the issue-29 harness's
+figure), pods/s from the scheduler's process start to the last bind (``start/s``: start-up
+inside the window), the time to the first bind (``1st bind``, from process start), the wall
+time from process start to the last bind, the scheduler's CPU per bound pod (``/proc``; whole
+run), its CPU seconds at the first bind (``cpu@1st``: start-up) and its CPU per pod after the
+first bind (``ms/pod>1st``), the scheduling SLI p50/p99
 from the scheduler's own /metrics (koord: ``scheduler_pod_scheduling_sli_duration_seconds``; Go
 v1.20: ``scheduler_pod_scheduling_duration_seconds``), the API writes per pod (the API
 server's ``apiserver_request_total`` for write verbs, less the benchmark's own), and the ratio
@@ -22,6 +26,7 @@ kube-scheduler's adaptive rule, which is also koord's shipped config); leader el
 
 Usage: python bench/b2_e2e.py [--sizes 200x1000,1000x5000] [--workloads backlog,rate]
                               [--kinds gpu,cpu] [--rounds 2] [--schedulers koord,go]
+                              [--schedulers koord,base --base-tree DIR]  (old-vs-new A/B)
 Needs hack/kube-apiserver.sh and hack/kube-scheduler.sh (built on first use).
 """
 
@@ -132,6 +137,9 @@ class BindWatch(threading.Thread):
         self.last_bind = 0.0
         self.done = threading.Event()
         self.ready = threading.Event()
+        self.pid = 0
+        """The scheduler's process id, once started: its CPU time is read at the first bind."""
+        self.cpu_at_first_bind = float("nan")
 
     def run(self) -> None:
         rv = self.c.call("GET", f"/api/v1/namespaces/{NS}/pods?limit=1")["metadata"][
@@ -160,6 +168,8 @@ class BindWatch(threading.Thread):
                         self.last_bind = time.perf_counter()
                         if len(self.bound) == 1:
                             self.first_bind = self.last_bind
+                            if self.pid:
+                                self.cpu_at_first_bind = _cpu_seconds(self.pid)
                         if len(self.bound) >= self.expected:
                             self.done.set()
                             resp.close()  # a watch never ends: never back to the pool
@@ -330,7 +340,10 @@ def start_scheduler(
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     log = open(workdir / f"{which}.log", "wb")  # noqa: SIM115
-    if which == "koord":
+    tree = ROOT
+    if which == "base":  # koord-scheduler from another source tree (an old commit), for A/B
+        tree = Path(args.base_tree).resolve()
+    if which in ("koord", "base"):
         cmd = [
             sys.executable, "-m", "scheduler.cli", "run",
             f"--kubeconfig={srv.kubeconfig_path()}",
@@ -348,17 +361,18 @@ def start_scheduler(
             f"--config={go_config(srv, workdir, args.qps, args.burst, args.percentage, port)}",
             "--address=127.0.0.1", f"--port={port}", "--secure-port=0", "--v=0",
         ]  # fmt: skip
-    if which == "koord" and args.koord_args:
+    if which in ("koord", "base") and args.koord_args:
         cmd = [*cmd, *shlex.split(args.koord_args)]  # e.g. --bind-workers=16
     if which == "koord" and args.koord_wrap:
         cmd = [*shlex.split(args.koord_wrap), *cmd]  # e.g. a sampling profiler
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=log, stderr=subprocess.STDOUT)
     return proc, port, start
 
 
 def wait_ready(proc: subprocess.Popen[bytes], port: int, which: str) -> None:
-    path = "/readyz" if which == "koord" else "/healthz"
+    path = "/healthz" if which == "go" else "/readyz"
     deadline = time.monotonic() + 120
     while True:
         try:
@@ -425,6 +439,7 @@ def run_one(
                 list(pool.map(lambda b: c.call("POST", path, b), bodies))
         writes_before = api_writes(c)
         proc, port, started = start_scheduler(which, srv, args, workdir, go_bin)
+        watch.pid = proc.pid
         sampler = RssSampler(proc.pid)
         sampler.start()
         if workload == "rate":
@@ -462,13 +477,14 @@ def run_one(
             out.write_text(json.dumps(trace))
         sli_name = (
             "scheduler_pod_scheduling_sli_duration_seconds"
-            if which == "koord"
+            if which != "go"
             else "scheduler_pod_scheduling_duration_seconds"
         )
         sli = fams.get(sli_name)
         p50 = quantile(0.5, sli)[0] if sli is not None else float("nan")
         p99 = quantile(0.99, sli)[0] if sli is not None else float("nan")
         span = watch.last_bind - watch.first_bind
+        cpu_first = watch.cpu_at_first_bind
         return {
             "scheduler": which,
             "nodes": nodes,
@@ -477,7 +493,11 @@ def run_one(
             "kind": kind,
             "pods_per_s": pods / span if span > 0 else float("inf"),
             "wall_s": watch.last_bind - started,
+            "pods_per_s_from_start": pods / (watch.last_bind - started),
+            "first_bind_s": watch.first_bind - started,
             "cpu_ms_per_pod": 1000 * cpu_s / pods,
+            "startup_cpu_s": cpu_first,
+            "cpu_ms_per_pod_after_first": 1000 * (cpu_s - cpu_first) / max(pods - 1, 1),
             "sli_p50_s": p50,
             "sli_p99_s": p99,
             "writes_per_pod": writes / pods,
@@ -498,7 +518,8 @@ def run_one(
 
 HEADER = (
     f"{'size':>10} {'workload':>8} {'kind':>4} {'sched':>5} {'round':>5} {'pods/s':>8} "
-    f"{'wall s':>7} {'cpu ms/pod':>10} {'sli p50':>8} {'sli p99':>8} {'writes/pod':>10} "
+    f"{'start/s':>8} {'1st bind':>8} {'wall s':>7} {'cpu ms/pod':>10} {'cpu@1st':>7} "
+    f"{'ms/pod>1st':>10} {'sli p50':>8} {'sli p99':>8} {'writes/pod':>10} "
     f"{'overcommit':>10} {'peak RSS MiB':>12}"
 )
 
@@ -506,7 +527,9 @@ HEADER = (
 def fmt(r: dict[str, Any], rnd: int) -> str:
     return (
         f"{r['nodes']:>5}x{r['pods']:<4} {r['workload']:>8} {r['kind']:>4} {r['scheduler']:>5} "
-        f"{rnd:>5} {r['pods_per_s']:>8.1f} {r['wall_s']:>7.2f} {r['cpu_ms_per_pod']:>10.2f} "
+        f"{rnd:>5} {r['pods_per_s']:>8.1f} {r['pods_per_s_from_start']:>8.1f} "
+        f"{r['first_bind_s']:>8.2f} {r['wall_s']:>7.2f} {r['cpu_ms_per_pod']:>10.2f} "
+        f"{r['startup_cpu_s']:>7.2f} {r['cpu_ms_per_pod_after_first']:>10.2f} "
         f"{r['sli_p50_s']:>8.3f} {r['sli_p99_s']:>8.3f} {r['writes_per_pod']:>10.2f} "
         f"{r['overcommitted']:>10} {r['peak_rss_mib']:>12.0f}"
     )
@@ -530,6 +553,12 @@ def main(argv: list[str] | None = None) -> int:
         "--rss-trace",
         help="write each run's scheduler VmRSS samples (0.1 s) with its first/last bind and "
         "scrape times to FILE.N.json",
+    )
+    parser.add_argument(
+        "--base-tree",
+        default="",
+        help="a source tree (e.g. a git worktree of an older commit) whose koord-scheduler runs "
+        "as scheduler 'base' (--schedulers koord,base) for an old-vs-new A/B",
     )
     parser.add_argument(
         "--koord-args", default="", help="more koord-scheduler run flags, e.g. --bind-workers=16"
@@ -557,6 +586,7 @@ def main(argv: list[str] | None = None) -> int:
     ):
         nodes, pods = (int(x) for x in size.split("x"))
         got: dict[str, list[float]] = {s: [] for s in schedulers}
+        got_start: dict[str, list[float]] = {s: [] for s in schedulers}
         for rnd in range(1, args.rounds + 1):
             order = schedulers if rnd % 2 else list(reversed(schedulers))
             for which in order:
@@ -564,13 +594,20 @@ def main(argv: list[str] | None = None) -> int:
                 r["round"] = rnd
                 results.append(r)
                 got[which].append(r["pods_per_s"])
+                got_start[which].append(r["pods_per_s_from_start"])
                 print(fmt(r, rnd), flush=True)
-        if "koord" in got and "go" in got and got["go"]:
-            ratios = [k / g for k, g in zip(got["koord"], got["go"], strict=True)]
+        for other in ("go", "base"):
+            if "koord" not in got or not got.get(other):
+                continue
+            ratios = [k / g for k, g in zip(got["koord"], got[other], strict=True)]
+            from_start = [k / g for k, g in zip(got_start["koord"], got_start[other], strict=True)]
             print(
-                f"# {size} {workload} {kind}: koord/Go pods/s per round "
+                f"# {size} {workload} {kind}: koord/{other} pods/s first->last bind per round "
                 + ", ".join(f"{x:.2f}" for x in ratios)
-                + f"; of the means {sum(got['koord']) / sum(got['go']):.2f}",
+                + f"; of the means {sum(got['koord']) / sum(got[other]):.2f}"
+                + "; from process start (start-up included) per round "
+                + ", ".join(f"{x:.2f}" for x in from_start)
+                + f"; of the means {sum(got_start['koord']) / sum(got_start[other]):.2f}",
                 flush=True,
             )
     if args.json:

@@ -29,17 +29,33 @@ from apis.logflags import log_level, verbosity
 from scheduler.commands.common import UserError
 from scheduler.commands.common import bool_flag as _bool
 from scheduler.commands.common import duration_flag as _duration
-from scheduler.commands.explain import cmd_explain
-from scheduler.commands.extender import cmd_extender
-from scheduler.commands.inspect import cmd_inspect
-from scheduler.commands.run import cmd_run
-from scheduler.commands.simulate import cmd_simulate
 from scheduler.commands.webhook import add_webhook_parser
 from scheduler.observability import logs
-from scheduler.simulator.replay_cli import add_trace_arguments
 
 PROG = "koord-scheduler"
 EXIT_USAGE = 2
+
+
+def _lazy(module: str, name: str) -> Any:
+    """The command function ``module.name``, imported when the command runs: each command's
+    composition root imports its own world (``run``: the kube adapter; ``simulate``: the
+    simulator), so ``run`` does not pay for the others' imports at start-up."""
+
+    def command(args: argparse.Namespace) -> int:
+        import importlib
+
+        func = getattr(importlib.import_module(module), name)
+        return int(func(args))
+
+    command.__qualname__ = command.__name__ = name
+    return command
+
+
+cmd_explain = _lazy("scheduler.commands.explain", "cmd_explain")
+cmd_extender = _lazy("scheduler.commands.extender", "cmd_extender")
+cmd_inspect = _lazy("scheduler.commands.inspect", "cmd_inspect")
+cmd_run = _lazy("scheduler.commands.run", "cmd_run")
+cmd_simulate = _lazy("scheduler.commands.simulate", "cmd_simulate")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -207,6 +223,13 @@ def _serve_flags(run: argparse.ArgumentParser) -> None:
         "(one write, default); patch: patch the annotation, then bind",
     )
     run.add_argument(
+        "--kube-transport",
+        choices=("http11", "urllib3"),
+        default="http11",
+        help="HTTP client of the API requests (not the watches): http11, a lean keep-alive "
+        "HTTP/1.1 client (default), or urllib3's pool; same timeouts, no retries either way",
+    )
+    run.add_argument(
         "--bind-workers",
         type=int,
         default=64,
@@ -355,7 +378,10 @@ def _add_inspect(sub: Any) -> None:
     insp.set_defaults(func=cmd_inspect)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with ``command`` (the subcommand about to run, known from the
+    arguments), the ``simulate`` subcommand's trace-replay flags are added only when that is
+    ``simulate`` (they import the simulator)."""
     parser = _Parser(
         prog=PROG,
         description="Fine-grained GPU scheduler for Kubernetes, wire-compatible with Koordinator.",
@@ -380,7 +406,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="table (default), or every pod as it would be on the API server",
     )
     sim.add_argument("--seed", type=int, default=0, help="seed for tie-breaking (default 0)")
-    add_trace_arguments(sim)
+    if command is None or command == "simulate":
+        from scheduler.simulator.replay_cli import add_trace_arguments
+
+        add_trace_arguments(sim)
     sim.set_defaults(func=cmd_simulate)
     _add_run(sub)
     _add_extender(sub)
@@ -404,7 +433,9 @@ def _add_version(parser: argparse.ArgumentParser, sub: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    words = list(sys.argv[1:] if argv is None else argv)
+    first = next((w for w in words if not w.startswith("-")), None)
+    parser = build_parser(first if first in _COMMANDS else None)
     try:
         args = parser.parse_args(argv)
         if args.command in ("run", "extender") or getattr(args, "serving_logs", False):
@@ -420,6 +451,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     return code
+
+
+_COMMANDS = frozenset({"run", "extender", "inspect", "explain", "webhook"})
+"""Subcommands that do not need the simulate subcommand's full parser (see ``build_parser``)."""
 
 
 def webhook_main(argv: Sequence[str] | None = None) -> int:

@@ -137,7 +137,13 @@ def serve_cluster(args: argparse.Namespace, front: FrontEnd | None = None) -> in
     from scheduler.kube.events import EventRecorder
     from scheduler.kube.leader import KubeLeaseStore, LeaderElector
     from scheduler.kube.ratelimit import TokenBucket
-    from scheduler.kube.rest import CredentialsError, RestClient, Urllib3Transport, load_credentials
+    from scheduler.kube.rest import (
+        CredentialsError,
+        RestClient,
+        Transport,
+        Urllib3Transport,
+        load_credentials,
+    )
     from scheduler.observability.health import Access, Check, HealthServer
     from scheduler.observability.metrics import SchedulerMetrics
 
@@ -152,7 +158,13 @@ def serve_cluster(args: argparse.Namespace, front: FrontEnd | None = None) -> in
     except CredentialsError as exc:
         raise UserError(str(exc)) from None
     identity = args.identity or _identity()
-    transport = Urllib3Transport(creds, pool_size=args.bind_workers + 16)
+    transport: Transport
+    if getattr(args, "kube_transport", "http11") == "urllib3":
+        transport = Urllib3Transport(creds, pool_size=args.bind_workers + 16)
+    else:
+        from scheduler.kube.http11 import Http11Transport
+
+        transport = Http11Transport(creds, pool_size=args.bind_workers + 16)
     metrics = SchedulerMetrics()
     metrics.watch_process()
     rest = RestClient(

@@ -53,6 +53,9 @@ __all__ = [
 ]
 
 USER_AGENT = "koord-scheduler/0.1.0"
+TOKEN_CACHE_S = 1.0
+"""Seconds a bearer token from the kubeconfig/in-cluster loader is reused before asking the
+loader again (its refresh hook runs then)."""
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
@@ -110,12 +113,131 @@ def _in_cluster() -> bool:
     )
 
 
+_PLAIN_USER_KEYS = frozenset({"token", "client-certificate", "client-key"})
+_PLAIN_CLUSTER_KEYS = frozenset(
+    {
+        "server",
+        "certificate-authority",
+        "certificate-authority-data",
+        "insecure-skip-tls-verify",
+        "tls-server-name",
+        "extensions",
+    }
+)
+
+
+def _named(items: Any, name: str, field: str) -> Mapping[str, Any] | None:
+    if not isinstance(items, list):
+        return None
+    for item in items:
+        if isinstance(item, Mapping) and item.get("name") == name:
+            value = item.get(field)
+            return value if isinstance(value, Mapping) else None
+    return None
+
+
+def _plain_kubeconfig(path: str, master: str | None, context: str | None) -> Credentials | None:
+    """A kubeconfig that needs none of the ``kubernetes`` package's machinery, read directly:
+    one context whose cluster has a server (a CA file or base64 data, or skip-verify, a TLS
+    server name) and whose user has a static bearer token and/or client certificate and key
+    *files*. ``None`` for anything else (exec and auth-provider plugins, token files, basic
+    auth, embedded client certificates, proxies, unreadable or malformed files): the caller
+    falls back to the package's loader, which also words the errors.
+
+    Importing ``kubernetes`` (its client and config loaders) was ~0.7 s of the scheduler's
+    start-up CPU on the B2 machine, and its token refresh hook ran on every request."""
+    import base64
+
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = yaml.safe_load(f)
+        if not isinstance(doc, Mapping):
+            return None
+        ctx_name = context or doc.get("current-context")
+        if not isinstance(ctx_name, str) or not ctx_name:
+            return None
+        ctx = _named(doc.get("contexts"), ctx_name, "context")
+        if ctx is None:
+            return None
+        cluster = _named(doc.get("clusters"), str(ctx.get("cluster", "")), "cluster")
+        user = _named(doc.get("users"), str(ctx.get("user", "")), "user")
+        if cluster is None or user is None:
+            return None
+        if not set(cluster) <= _PLAIN_CLUSTER_KEYS or not set(user) <= _PLAIN_USER_KEYS:
+            return None
+        server = cluster.get("server")
+        if not isinstance(server, str) or not server:
+            return None
+        base = os.path.dirname(os.path.abspath(path))
+
+        def file_of(value: Any) -> str | None:
+            if value is None:
+                return None
+            if not isinstance(value, str) or not value:
+                raise ValueError(value)
+            return value if os.path.isabs(value) else os.path.join(base, value)
+
+        skip = cluster.get("insecure-skip-tls-verify", False)
+        if not isinstance(skip, bool):
+            return None
+        ca_file = file_of(cluster.get("certificate-authority"))
+        ca_data: str | None = None
+        if cluster.get("certificate-authority-data") is not None:
+            ca_data = base64.standard_b64decode(cluster["certificate-authority-data"]).decode()
+        cert_file = file_of(user.get("client-certificate"))
+        key_file = file_of(user.get("client-key"))
+        if (cert_file is None) != (key_file is None):
+            return None
+        for f_ in (ca_file, cert_file, key_file):
+            if f_ is not None and not os.path.isfile(f_):
+                return None
+        token = user.get("token")
+        if token is not None and (not isinstance(token, str) or not token):
+            return None
+        tls_name = cluster.get("tls-server-name")
+        if tls_name is not None and not isinstance(tls_name, str):
+            return None
+    except (OSError, ValueError, TypeError, yaml.YAMLError):
+        return None
+    header = f"Bearer {token}" if token else None
+    return Credentials(
+        host=(master or server).rstrip("/"),
+        verify_ssl=not skip,
+        ca_file=ca_file,
+        ca_data=ca_data,
+        cert_file=cert_file,
+        key_file=key_file,
+        tls_server_name=tls_name,
+        token=lambda: header,
+    )
+
+
 def load_credentials(
     kubeconfig: str | None = None, master: str | None = None, context: str | None = None
 ) -> Credentials:
     """kube-scheduler's rules: ``kubeconfig`` if given, else in-cluster when running in a pod,
     else ``$KUBECONFIG`` or ``~/.kube/config``, else ``master`` alone (no authentication).
-    ``master`` overrides the server address in every case."""
+    ``master`` overrides the server address in every case. A plain kubeconfig (a static
+    token or client certificate files) is read directly (``_plain_kubeconfig``); anything
+    else goes through the ``kubernetes`` package's loaders (``kubernetes_credentials``)."""
+    default_file = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+    plain: Credentials | None = None
+    if kubeconfig:
+        plain = _plain_kubeconfig(kubeconfig, master, context)
+    elif not _in_cluster() and os.path.exists(default_file.split(os.pathsep)[0]):
+        plain = _plain_kubeconfig(default_file.split(os.pathsep)[0], master, context)
+    if plain is not None:
+        return plain
+    return kubernetes_credentials(kubeconfig, master, context)
+
+
+def kubernetes_credentials(
+    kubeconfig: str | None = None, master: str | None = None, context: str | None = None
+) -> Credentials:
+    """``load_credentials`` through the ``kubernetes`` package's loaders only (every kind of
+    kubeconfig, in-cluster configuration)."""
     from kubernetes import client as kclient  # the only import of the client: its loaders
     from kubernetes import config as kconfig
 
@@ -153,7 +275,21 @@ def load_credentials(
     if not host:
         raise CredentialsError("the configuration names no API server")
 
+    cached: list[tuple[float, str | None]] = []
+
     def token() -> str | None:
+        # The loader's answer is kept for TOKEN_CACHE_S: its refresh hook re-applies the whole
+        # configuration on every call (the host setter reads every proxy variable of the
+        # environment), which was ~9 % of the scheduler's CPU under B2 at one call per request.
+        # Refreshed tokens (exec plugins, projected service-account tokens) live for minutes.
+        now = time.monotonic()
+        if cached and now - cached[0][0] < TOKEN_CACHE_S:
+            return cached[0][1]
+        value = _token()
+        cached[:] = [(now, value)]
+        return value
+
+    def _token() -> str | None:
         # auth_settings() names the header whatever the client version calls the key
         # ("authorization" or "BearerToken") and runs the token refresh hook.
         settings: Mapping[str, Any] = cfg.auth_settings()

@@ -23,6 +23,8 @@ from scheduler.kube.rest import (
     TransportError,
     Urllib3Transport,
     WatchStream,
+    kubernetes_credentials,
+    load_credentials,
     path_segment,
     url_template,
 )
@@ -299,3 +301,104 @@ def test_every_request_is_observed_with_its_code_and_duration() -> None:
         ("GET", "/api/v1/nodes/{name}", "<error>"),
         ("GET", "/api/v1/nodes/{name}", "200"),
     ]
+
+
+# -- kubeconfig: the plain reader agrees with the kubernetes package's loader ----------------
+
+_CA_PEM = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
+
+
+def _kubeconfig(tmp_path: Path, cluster: dict[str, Any], user: dict[str, Any]) -> str:
+    import json
+
+    (tmp_path / "ca.crt").write_text(_CA_PEM)
+    (tmp_path / "tls.crt").write_text("cert")
+    (tmp_path / "tls.key").write_text("key")
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": "other", "cluster": {"server": "https://other:1"}},
+            {"name": "c", "cluster": cluster},
+        ],
+        "users": [{"name": "u", "user": user}, {"name": "v", "user": {"token": "vv"}}],
+        "contexts": [
+            {"name": "ctx", "context": {"cluster": "c", "user": "u"}},
+            {"name": "ctx2", "context": {"cluster": "other", "user": "v"}},
+        ],
+        "current-context": "ctx",
+    }
+    path = tmp_path / "kubeconfig"
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("cluster", "user", "context"),
+    [
+        ({"server": "https://h:6443/", "insecure-skip-tls-verify": True}, {"token": "t0k"}, None),
+        ({"server": "https://h:6443", "certificate-authority": "ca.crt"}, {"token": "t"}, None),
+        (
+            {"server": "https://h:6443", "certificate-authority-data": "", "tls-server-name": "n"},
+            {"client-certificate": "tls.crt", "client-key": "tls.key"},
+            None,
+        ),
+        ({"server": "http://h:8080"}, {}, None),
+        ({"server": "https://h:6443"}, {"token": "t"}, "ctx2"),
+    ],
+    ids=["token-skip-verify", "ca-file-token", "ca-data-client-cert", "no-auth", "context"],
+)
+def test_a_plain_kubeconfig_reads_as_the_kubernetes_loader_reads_it(
+    tmp_path: Path, cluster: dict[str, Any], user: dict[str, Any], context: str | None
+) -> None:
+    import base64
+
+    if "certificate-authority-data" in cluster:
+        cluster["certificate-authority-data"] = base64.b64encode(_CA_PEM.encode()).decode()
+    path = _kubeconfig(tmp_path, cluster, user)
+    plain = load_credentials(path, None, context)
+    ref = kubernetes_credentials(path, None, context)
+    assert plain.token.__qualname__ != ref.token.__qualname__  # the fast path was taken
+    assert (plain.host, plain.verify_ssl, plain.tls_server_name, plain.token()) == (
+        ref.host,
+        ref.verify_ssl,
+        ref.tls_server_name,
+        ref.token(),
+    )
+    for mine, theirs in ((plain.cert_file, ref.cert_file), (plain.key_file, ref.key_file)):
+        assert (mine is None) == (theirs is None)
+        if mine is not None and theirs is not None:
+            assert Path(mine).read_text() == Path(theirs).read_text()
+    ca_ref = Path(ref.ca_file).read_text() if ref.ca_file else None
+    ca_mine = Path(plain.ca_file).read_text() if plain.ca_file else plain.ca_data
+    assert ca_mine == ca_ref
+    assert load_credentials(path, "https://m:1/", context).host == "https://m:1"
+
+
+@pytest.mark.parametrize(
+    "user",
+    [
+        {"exec": {"apiVersion": "client.authentication.k8s.io/v1beta1", "command": "true"}},
+        {"username": "a", "password": "b"},
+        {"client-certificate-data": "Y2VydA==", "client-key-data": "a2V5"},
+        {"tokenFile": "tok"},
+        {"client-certificate": "tls.crt"},
+    ],
+    ids=["exec", "basic", "embedded-cert", "token-file", "cert-without-key"],
+)
+def test_other_kubeconfigs_go_to_the_kubernetes_loader(
+    tmp_path: Path, user: dict[str, Any]
+) -> None:
+    from scheduler.kube.rest import _plain_kubeconfig
+
+    path = _kubeconfig(tmp_path, {"server": "https://h:6443"}, user)
+    assert _plain_kubeconfig(path, None, None) is None
+    assert _plain_kubeconfig(str(tmp_path / "absent"), None, None) is None
+    assert _plain_kubeconfig(path, None, "no-such-context") is None
+
+
+def test_the_kubernetes_loader_token_is_reused_within_a_second(tmp_path: Path) -> None:
+    path = _kubeconfig(tmp_path, {"server": "https://h:6443"}, {"token": "t"})
+    creds = kubernetes_credentials(path)
+    assert creds.token() == "Bearer t"
+    assert creds.token() == "Bearer t"
