@@ -159,12 +159,12 @@ def serve_cluster(args: argparse.Namespace, front: FrontEnd | None = None) -> in
         raise UserError(str(exc)) from None
     identity = args.identity or _identity()
     transport: Transport
-    if getattr(args, "kube_transport", "http11") == "urllib3":
-        transport = Urllib3Transport(creds, pool_size=args.bind_workers + 16)
-    else:
+    if getattr(args, "kube_transport", "urllib3") == "http11":
         from scheduler.kube.http11 import Http11Transport
 
         transport = Http11Transport(creds, pool_size=args.bind_workers + 16)
+    else:
+        transport = Urllib3Transport(creds, pool_size=args.bind_workers + 16)
     metrics = SchedulerMetrics()
     metrics.watch_process()
     rest = RestClient(

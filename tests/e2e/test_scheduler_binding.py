@@ -47,8 +47,11 @@ class Env:
         self.kube.post(f"/api/v1/namespaces/{self.ns}/pods", body)
 
 
-@pytest.fixture(scope="module")
-def env(apiserver: ApiServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+@pytest.fixture(scope="module", params=["urllib3", "http11"])
+def env(
+    apiserver: ApiServer, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Env]:
+    """The scheduler with each request transport (``--kube-transport``), over TLS."""
     kube = Kube(apiserver.url, apiserver.admin_token)
     kube.ensure_device_crd()
     scheduler = uid("koord-e2e")
@@ -58,7 +61,8 @@ def env(apiserver: ApiServer, tmp_path_factory: pytest.TempPathFactory) -> Itera
         kube.add_gpu_node(name, gpus=4, memory="80Gi", labels={"e2e-group": scheduler})
     work = tmp_path_factory.mktemp("sched")
     cfg = scheduler_config(work / "config.yaml", scheduler)
-    proc = SchedulerProcess(apiserver.kubeconfig_path(), cfg, work).start()
+    transport = [f"--kube-transport={request.param}"]
+    proc = SchedulerProcess(apiserver.kubeconfig_path(), cfg, work, extra_args=transport).start()
     try:
         proc.wait_ready()
         yield Env(kube, ns, scheduler, nodes, proc)
