@@ -120,7 +120,7 @@ def rdma_devices(
     try:
         entries = decode_allocations(raw).get(DEVICE_RDMA) or []
     except AllocationDecodeError as err:
-        raise HookInputError(str(err)) from None
+        raise UndecodableAllocation(str(err)) from None
     if not entries:
         return ()
     sysfs = Path(sysfs_root)
@@ -138,6 +138,12 @@ def rdma_devices(
     for bus in dict.fromkeys(functions):  # a function named twice is one device
         out.append(_uverbs(sysfs, bus))
     return tuple(dict.fromkeys(out))
+
+
+class UndecodableAllocation(HookInputError):
+    """The pod's ``device-allocated`` annotation does not decode at all: whether it asks for
+    RDMA is unknown, so no RDMA device is given, and the denial is the GPU hook's to report
+    (``invalid-allocation``, once per cause) — this hook only logs it."""
 
 
 class RDMAHook:
@@ -158,6 +164,8 @@ class RDMAHook:
             if not devices:
                 return self._sanitized(ctx, None)
             own = self._deliver(ctx, devices)
+        except UndecodableAllocation as err:
+            return self._deny(ctx, str(err), report=False)
         except (HookInputError, CDIError) as err:
             return self._deny(ctx, str(err))
         except Exception as err:  # a bug must not hand out a partial set either
@@ -186,12 +194,12 @@ class RDMAHook:
                     container=ctx.container_meta.name, keys=sorted(rewritten))
         return ctx.with_container_annotations(rewritten)
 
-    def _deny(self, ctx: ContainerContext, message: str) -> ContainerContext:
+    def _deny(self, ctx: ContainerContext, message: str, report: bool = True) -> ContainerContext:
         pod, container = ctx.pod_meta, ctx.container_meta.name
         log.warning("rdma allocation not served: container gets no RDMA device",
                     pod=f"{pod.namespace}/{pod.name}", uid=pod.uid, container=container,
                     error=message)
-        if self._denials is not None:
+        if report and self._denials is not None:
             try:
                 self._denials.denied(Denial(pod, container, REASON_RDMA_UNAVAILABLE, message))
             except Exception as err:

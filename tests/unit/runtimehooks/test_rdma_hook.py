@@ -4,6 +4,7 @@ be served (fails closed)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -73,10 +74,9 @@ def test_pods_without_rdma_are_untouched(sysfs: Path) -> None:
 
 
 @pytest.mark.parametrize("raw", [
-    '{"rdma":[{"minor":"x"}]}',  # does not decode
     _annotation((0, "0000:18:00.0", ("0000:99:00.2",))),  # a VF this node does not have
     _annotation((1, "../../etc", ())),  # a path, not a bus id
-], ids=["undecodable", "unknown-vf", "hostile-id"])
+], ids=["unknown-vf", "hostile-id"])
 def test_fails_closed_with_one_denial(sysfs: Path, raw: str) -> None:
     denials: list[Denial] = []
 
@@ -87,6 +87,25 @@ def test_fails_closed_with_one_denial(sysfs: Path, raw: str) -> None:
     out = RDMAHook(sysfs, denials=Sink())(_ctx({ANNOTATION_DEVICE_ALLOCATED: raw}))
     assert out.devices == ()
     assert [(d.container, d.reason) for d in denials] == [("main", REASON_RDMA_UNAVAILABLE)]
+
+
+def test_an_undecodable_annotation_gives_no_device_and_leaves_the_denial_to_the_gpu_hook(
+    sysfs: Path,
+) -> None:
+    """Whether the pod asked for RDMA is unknown: nothing is given; the GPU hook, which reads
+    the same annotation, reports it once (invalid-allocation), so the pod gets one event for
+    one cause, not one per hook."""
+    denials: list[Denial] = []
+
+    class Sink:
+        def denied(self, denial: Denial) -> None:
+            denials.append(denial)
+
+    ctx = dataclasses.replace(
+        _ctx({ANNOTATION_DEVICE_ALLOCATED: '{"rdma":[{"minor":"x"}]}'}), devices=(CM,)
+    )  # an RDMA device the request carried is taken away too
+    out = RDMAHook(sysfs, denials=Sink())(ctx)
+    assert out.devices == () and denials == []
 
 
 def test_registered_after_the_gpu_hook(sysfs: Path) -> None:
