@@ -197,7 +197,9 @@ def _wait_for_running(client: Any, deadline_s: float = 120) -> dict[str, list[st
 
 
 def test_ctrl_c_cancels_the_cluster_tasks(cluster: DaskCluster, tmp_path: Path) -> None:
-    nodes, pods = write_trace(tmp_path, nodes=60, pods=300)
+    # Replays long enough (tens of seconds for the six on two workers) that Ctrl-C lands while
+    # some still run: with shorter ones a loaded machine could finish them all first (exit 0).
+    nodes, pods = write_trace(tmp_path, nodes=60, pods=1500)
     proc = _start_cli(
         ["--nodes", nodes, "--pods", pods, "--seeds", "1-6", "--profiles", "binpack",
          "--no-plot", "--executor", cluster.executor, "--out", str(tmp_path / "out")]
