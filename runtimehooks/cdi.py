@@ -34,7 +34,6 @@ import contextlib
 import json
 import os
 import re
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -42,6 +41,7 @@ from pathlib import Path
 from typing import Final
 
 from runtimehooks.context import LinuxDevice
+from runtimehooks.files import write_atomically
 
 __all__ = [
     "ANNOTATION_KEY",
@@ -181,18 +181,7 @@ class CDISpecs:
 
     def _write(self, name: str, content: bytes) -> None:
         self.directory.mkdir(mode=0o755, parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(content)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, self.directory / name)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_atomically(self.directory, name, content)
 
     def _names(self) -> list[str]:
         try:

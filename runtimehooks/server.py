@@ -32,7 +32,6 @@ import json
 import os
 import socket
 import stat
-import tempfile
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -45,6 +44,7 @@ import structlog
 from runtimehooks import protocol
 from runtimehooks.api import api_pb2, api_pb2_grpc
 from runtimehooks.context import HookInputError
+from runtimehooks.files import fsync_dir, write_atomically
 from runtimehooks.registry import FailurePolicy, HookRegistry, Stage
 
 __all__ = [
@@ -298,21 +298,7 @@ def write_registration(
     content = registration_json(socket_path, stages, failure_policy).encode()
     directory = Path(hook_dir)
     directory.mkdir(parents=True, exist_ok=True)
-    target = directory / REGISTRATION_FILE
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{REGISTRATION_FILE}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(content)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(directory)
-    return target
+    return write_atomically(directory, REGISTRATION_FILE, content)
 
 
 def remove_registration(hook_dir: str | os.PathLike[str] = DEFAULT_HOOK_DIR) -> bool:
@@ -321,14 +307,5 @@ def remove_registration(hook_dir: str | os.PathLike[str] = DEFAULT_HOOK_DIR) -> 
         os.unlink(Path(hook_dir) / REGISTRATION_FILE)
     except FileNotFoundError:
         return False
-    _fsync_dir(Path(hook_dir))
+    fsync_dir(Path(hook_dir))
     return True
-
-
-def _fsync_dir(directory: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
