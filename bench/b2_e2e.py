@@ -27,6 +27,7 @@ kube-scheduler's adaptive rule, which is also koord's shipped config); leader el
 Usage: python bench/b2_e2e.py [--sizes 200x1000,1000x5000] [--workloads backlog,rate]
                               [--kinds gpu,cpu] [--rounds 2] [--schedulers koord,go]
                               [--schedulers koord,base --base-tree DIR]  (old-vs-new A/B)
+                              [--schedulers koord,base --koord-args=X --base-args=Y]  (flags)
 Needs hack/kube-apiserver.sh and hack/kube-scheduler.sh (built on first use).
 """
 
@@ -341,7 +342,7 @@ def start_scheduler(
         port = sock.getsockname()[1]
     log = open(workdir / f"{which}.log", "wb")  # noqa: SIM115
     tree = ROOT
-    if which == "base":  # koord-scheduler from another source tree (an old commit), for A/B
+    if which == "base" and args.base_tree:  # another source tree (an old commit), for A/B
         tree = Path(args.base_tree).resolve()
     if which in ("koord", "base"):
         cmd = [
@@ -361,8 +362,9 @@ def start_scheduler(
             f"--config={go_config(srv, workdir, args.qps, args.burst, args.percentage, port)}",
             "--address=127.0.0.1", f"--port={port}", "--secure-port=0", "--v=0",
         ]  # fmt: skip
-    if which in ("koord", "base") and args.koord_args:
-        cmd = [*cmd, *shlex.split(args.koord_args)]  # e.g. --bind-workers=16
+    extra = args.base_args if which == "base" and args.base_args is not None else args.koord_args
+    if which in ("koord", "base") and extra:
+        cmd = [*cmd, *shlex.split(extra)]  # e.g. --bind-workers=16
     if which == "koord" and args.koord_wrap:
         cmd = [*shlex.split(args.koord_wrap), *cmd]  # e.g. a sampling profiler
     start = time.perf_counter()
@@ -558,7 +560,14 @@ def main(argv: list[str] | None = None) -> int:
         "--base-tree",
         default="",
         help="a source tree (e.g. a git worktree of an older commit) whose koord-scheduler runs "
-        "as scheduler 'base' (--schedulers koord,base) for an old-vs-new A/B",
+        "as scheduler 'base' (--schedulers koord,base) for an old-vs-new A/B; without it "
+        "'base' is this tree's",
+    )
+    parser.add_argument(
+        "--base-args",
+        default=None,
+        help="base's run flags instead of --koord-args, for a flag A/B in one tree, e.g. "
+        "--koord-args=--kube-transport=http11 --base-args=",
     )
     parser.add_argument(
         "--koord-args", default="", help="more koord-scheduler run flags, e.g. --bind-workers=16"

@@ -225,10 +225,10 @@ def _serve_flags(run: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--kube-transport",
         choices=("urllib3", "http11"),
-        default="urllib3",
-        help="HTTP client of the API requests (not the watches): urllib3's pool (default), or "
-        "http11, a lean keep-alive HTTP/1.1 client (less CPU per request; not yet soaked "
-        "under the chaos tier's faults); same timeouts, no retries either way",
+        default="http11",
+        help="HTTP client of the API requests (not the watches): http11, a lean keep-alive "
+        "HTTP/1.1 client (default; less CPU per request), or urllib3's pool; same timeouts, "
+        "no retries either way",
     )
     run.add_argument(
         "--bind-workers",

@@ -159,7 +159,7 @@ def serve_cluster(args: argparse.Namespace, front: FrontEnd | None = None) -> in
         raise UserError(str(exc)) from None
     identity = args.identity or _identity()
     transport: Transport
-    if getattr(args, "kube_transport", "urllib3") == "http11":
+    if getattr(args, "kube_transport", "http11") == "http11":
         from scheduler.kube.http11 import Http11Transport
 
         transport = Http11Transport(creds, pool_size=args.bind_workers + 16)
