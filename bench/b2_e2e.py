@@ -34,6 +34,7 @@ Needs hack/kube-apiserver.sh and hack/kube-scheduler.sh (built on first use).
 from __future__ import annotations
 
 import argparse
+import compileall
 import itertools
 import json
 import os
@@ -333,6 +334,19 @@ def koord_config(workdir: Path, percentage: int) -> Path:
     return path
 
 
+PACKAGES = ("apis", "scheduler")
+
+
+def byte_compile(tree: Path) -> None:
+    """Write the bytecode of the scheduler's packages in ``tree``, as installing the wheel
+    does (pip compiles on install; the image sets PYTHONDONTWRITEBYTECODE only against
+    writes at run time). Run from a source tree under PYTHONDONTWRITEBYTECODE=1 (this
+    machine's default), every start would compile ~150 modules again: ~0.13 s of CPU that
+    an installed scheduler does not spend."""
+    for pkg in PACKAGES:
+        compileall.compile_dir(str(tree / pkg), quiet=1)
+
+
 def start_scheduler(
     which: str, srv: Any, args: argparse.Namespace, workdir: Path, go_bin: str
 ) -> tuple[subprocess.Popen[bytes], int, float]:
@@ -581,6 +595,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     schedulers = args.schedulers.split(",")
     go_bin = _hack("kube-scheduler.sh")["KUBE_SCHEDULER_BIN"] if "go" in schedulers else ""
+    if "koord" in schedulers:
+        byte_compile(ROOT)
+    if "base" in schedulers:
+        byte_compile(Path(args.base_tree).resolve() if args.base_tree else ROOT)
     print(
         f"# B2 side by side {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} "
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus, "
