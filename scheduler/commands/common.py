@@ -46,13 +46,9 @@ def load_config_or_fail(path: str | None) -> SchedulerConfiguration:
 def live_objects(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any], list[Any]]:
     """Nodes, Device CRs and Pods of the live cluster (``inspect`` and ``explain``)."""
     from scheduler.kube.cluster import fetch_view
-    from scheduler.kube.rest import (
-        CredentialsError,
-        KubeError,
-        RestClient,
-        Urllib3Transport,
-        load_credentials,
-    )
+    from scheduler.kube.credentials import load_credentials
+    from scheduler.kube.rest import CredentialsError, KubeError, RestClient
+    from scheduler.kube.transport import Urllib3Transport
 
     try:
         creds = load_credentials(args.kubeconfig, args.master, args.context)

@@ -92,14 +92,10 @@ def _fetch(args: argparse.Namespace) -> tuple[list[Node], list[Device], list[Pod
     the original: large clusters need not send every pod); Device CRs only for ``--koord``,
     none when their CRD is not installed (a gpushare cluster)."""
     from scheduler.kube.cluster import NODES_PATH, device_spec, node_spec, pod_spec
+    from scheduler.kube.credentials import load_credentials
     from scheduler.kube.informer import ResourceSpec, list_objects
-    from scheduler.kube.rest import (
-        ApiError,
-        KubeError,
-        RestClient,
-        Urllib3Transport,
-        load_credentials,
-    )
+    from scheduler.kube.rest import ApiError, KubeError, RestClient
+    from scheduler.kube.transport import Urllib3Transport
 
     def listed(spec: ResourceSpec) -> list[Any]:
         out = []

@@ -134,16 +134,12 @@ def serve_cluster(args: argparse.Namespace, front: FrontEnd | None = None) -> in
     from scheduler.kube.auth import SubjectAccessReviewAuthorizer, TokenReviewAuthenticator
     from scheduler.kube.catchup import CatchUp, in_flight_settle
     from scheduler.kube.cluster import KubeCluster, bind_permission_problem
+    from scheduler.kube.credentials import load_credentials
     from scheduler.kube.events import EventRecorder
     from scheduler.kube.leader import KubeLeaseStore, LeaderElector
     from scheduler.kube.ratelimit import TokenBucket
-    from scheduler.kube.rest import (
-        CredentialsError,
-        RestClient,
-        Transport,
-        Urllib3Transport,
-        load_credentials,
-    )
+    from scheduler.kube.rest import CredentialsError, RestClient
+    from scheduler.kube.transport import Transport, Urllib3Transport
     from scheduler.observability.health import Access, Check, HealthServer
     from scheduler.observability.metrics import SchedulerMetrics
 

@@ -1,11 +1,11 @@
 """A lean HTTP/1.1 keep-alive transport for the API server's short requests.
 
-Role: the same ``Transport`` port as ``Urllib3Transport`` (scheduler/kube/rest.py), with less
-Python per request. Under B2 (200 nodes x 1,000 pods) urllib3 and ``http.client`` were about a
-third of the scheduler's CPU: the pool manager's bookkeeping, a ``Retry`` and a ``Timeout``
-object per request, and ``http.client``'s header parsing through the ``email`` package. Here a
-request is one ``sendall`` of a preformatted head and body, and the answer is parsed with
-``bytes`` methods. Watch streams (long-lived, few) still go through urllib3.
+Role: the same ``Transport`` port as ``Urllib3Transport`` (scheduler/kube/transport.py), with
+less Python per request. Under B2 (200 nodes x 1,000 pods) urllib3 and ``http.client`` were
+about a third of the scheduler's CPU: the pool manager's bookkeeping, a ``Retry`` and a
+``Timeout`` object per request, and ``http.client``'s header parsing through the ``email``
+package. Here a request is one ``sendall`` of a preformatted head and body, and the answer is
+parsed with ``bytes`` methods. Watch streams (long-lived, few) still go through urllib3.
 
 Invariants (those of ``Transport``, as ``Urllib3Transport`` keeps them):
 
@@ -30,14 +30,9 @@ import time
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-from scheduler.kube.rest import (
-    Credentials,
-    RawResponse,
-    Stream,
-    TransportError,
-    Urllib3Transport,
-    _shared_context,
-)
+from scheduler.kube.credentials import Credentials
+from scheduler.kube.errors import TransportError
+from scheduler.kube.transport import RawResponse, Stream, Urllib3Transport, shared_tls_context
 
 __all__ = ["Http11Transport"]
 
@@ -96,7 +91,7 @@ class Http11Transport:
         self._ctx: ssl.SSLContext | None = None
         self._server_name = creds.tls_server_name or self._host
         if self._tls:
-            ctx = _shared_context(creds)
+            ctx = shared_tls_context(creds)
             if creds.verify_ssl and (creds.ca_file or creds.ca_data):
                 ctx.load_verify_locations(cafile=creds.ca_file, cadata=creds.ca_data)
             if creds.cert_file:

@@ -22,7 +22,9 @@ from test_scheduler_harness import (
 )
 
 from scheduler.kube.cluster import KubeCluster
-from scheduler.kube.rest import RestClient, Urllib3Transport, load_credentials
+from scheduler.kube.credentials import load_credentials
+from scheduler.kube.rest import RestClient
+from scheduler.kube.transport import Urllib3Transport
 
 if TYPE_CHECKING:
     from apiserver import ApiServer

@@ -1,4 +1,4 @@
-"""Fakes at the HTTP boundary of the Kubernetes adapter (``scheduler.kube.rest.Transport``).
+"""Fakes at the HTTP boundary of the Kubernetes adapter (``scheduler.kube.transport.Transport``).
 
 ``FakeTransport`` answers scripted responses per (method, path without query), records every
 request, and hands out scripted watch streams; when a watch script runs out it returns an idle
@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from scheduler.kube.rest import RawResponse, TransportError
+from scheduler.kube.rest import TransportError
+from scheduler.kube.transport import RawResponse
 
 
 def json_response(doc: Any, status: int = 200) -> RawResponse:

@@ -20,7 +20,8 @@ from scheduler.kube.auth import (
     SubjectAccessReviewAuthorizer,
     TokenReviewAuthenticator,
 )
-from scheduler.kube.rest import ApiError, RawResponse, RestClient, TransportError
+from scheduler.kube.rest import ApiError, RestClient, TransportError
+from scheduler.kube.transport import RawResponse
 from scheduler.observability.health import Access, HealthServer, User
 from scheduler.observability.tls import self_signed, server_context
 

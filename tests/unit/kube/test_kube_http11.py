@@ -18,8 +18,10 @@ from typing import Any
 
 import pytest
 
+from scheduler.kube.credentials import Credentials
 from scheduler.kube.http11 import Http11Transport
-from scheduler.kube.rest import Credentials, RestClient, TransportError, Urllib3Transport
+from scheduler.kube.rest import RestClient, TransportError
+from scheduler.kube.transport import Urllib3Transport
 
 
 class _Handler(BaseHTTPRequestHandler):

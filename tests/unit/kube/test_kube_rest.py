@@ -14,20 +14,17 @@ from typing import Any
 
 import pytest
 
+from scheduler.kube.credentials import Credentials, kubernetes_credentials, load_credentials
 from scheduler.kube.ratelimit import TokenBucket
 from scheduler.kube.rest import (
     ApiError,
-    Credentials,
-    RawResponse,
     RestClient,
     TransportError,
-    Urllib3Transport,
     WatchStream,
-    kubernetes_credentials,
-    load_credentials,
     path_segment,
     url_template,
 )
+from scheduler.kube.transport import RawResponse, Urllib3Transport
 from tests.fakes import FakeClock
 from tests.unit.kube.kube_fakes import (
     FakeStream,
@@ -389,7 +386,7 @@ def test_a_plain_kubeconfig_reads_as_the_kubernetes_loader_reads_it(
 def test_other_kubeconfigs_go_to_the_kubernetes_loader(
     tmp_path: Path, user: dict[str, Any]
 ) -> None:
-    from scheduler.kube.rest import _plain_kubeconfig
+    from scheduler.kube.credentials import _plain_kubeconfig
 
     path = _kubeconfig(tmp_path, {"server": "https://h:6443"}, user)
     assert _plain_kubeconfig(path, None, None) is None
