@@ -351,9 +351,14 @@ def format_quantity(value: int | Fraction, fmt: str = DECIMAL_SI) -> str:
 
 
 def _scaled_away_from_zero(value: Fraction, scale: int) -> int:
-    scaled = value * scale
-    mag = -((-abs(scaled.numerator)) // scaled.denominator)
-    return mag if scaled >= 0 else -mag
+    # Integer arithmetic on the numerator: a Fraction product was ~30 us per call, paid for
+    # every card's resources when a Device CR is laid out into the ledger.
+    num = value.numerator * scale
+    den = value.denominator
+    if den == 1:
+        return num
+    mag = -((-abs(num)) // den)
+    return mag if num >= 0 else -mag
 
 
 def milli_value(q: Quantity) -> int:

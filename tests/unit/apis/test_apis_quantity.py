@@ -486,3 +486,17 @@ def test_exponent_form_matches_oracle(mantissa: int, exponent: int) -> None:
     mag = -((-abs(exact.numerator) * 10**9) // exact.denominator)
     assert q.value == (Fraction(mag, 10**9) if exact >= 0 else -Fraction(mag, 10**9))
     assert q.format == DE
+
+
+@given(
+    st.fractions(max_denominator=10**12).filter(lambda f: abs(f) < 10**20),
+    st.sampled_from([1, 1000]),
+)
+def test_scaling_matches_exact_fraction_arithmetic(value: Fraction, scale: int) -> None:
+    """``int_value``/``milli_value`` work on the numerator (no Fraction product); they equal
+    the exact rule: ``value * scale`` rounded up in magnitude, the sign kept."""
+    q = Quantity(value)
+    scaled = q.value * scale
+    magnitude = -((-abs(scaled.numerator)) // scaled.denominator)
+    expected = magnitude if scaled >= 0 else -magnitude
+    assert (int_value(q) if scale == 1 else milli_value(q)) == expected
