@@ -12,7 +12,7 @@ the first to the last bind (on a watch of its own; column ``pods/s``, the issue-
 figure), pods/s from the scheduler's process start to the last bind (``start/s``: start-up
 inside the window), the time to the first bind (``1st bind``, from process start), the wall
 time from process start to the last bind, the scheduler's CPU per bound pod (``/proc``; whole
-run), its CPU seconds at the first bind (``cpu@1st``: start-up) and its CPU per pod after the
+run, read once its Event writes have settled), its CPU seconds at the first bind (``cpu@1st``: start-up) and its CPU per pod after the
 first bind (``ms/pod>1st``), the scheduling SLI p50/p99
 from the scheduler's own /metrics (koord: ``scheduler_pod_scheduling_sli_duration_seconds``; Go
 v1.20: ``scheduler_pod_scheduling_duration_seconds``), the API writes per pod (the API
@@ -474,8 +474,10 @@ def run_one(
                 raise RuntimeError(f"{which} scheduler exited with {proc.returncode} (see its log)")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{which}: only {len(watch.bound)} of {pods} pods bound")
-        cpu_s = _cpu_seconds(proc.pid)
         writes = settled_writes(c) - writes_before - own_writes
+        # After the writes settle: both schedulers write their Events asynchronously, after
+        # the bind; CPU read at the last bind would leave out the Events still queued then.
+        cpu_s = _cpu_seconds(proc.pid)
         scraped = time.perf_counter()
         fams = scrape(port)
         rss_mib = sampler.finish()  # sampled; one /metrics scrape included, as in production
