@@ -37,6 +37,9 @@ from scheduler.kube.transport import RawResponse, Stream, Urllib3Transport, shar
 __all__ = ["Http11Transport"]
 
 _MAX_HEAD = 64 * 1024
+WATCH_CONNECTIONS = 16
+"""Connections urllib3 keeps for the watch streams: at least one per informer (six kinds), or
+every stream closed at shutdown or at a watch timeout logs "Connection pool is full"."""
 
 
 class _Conn:
@@ -101,7 +104,7 @@ class Http11Transport:
         self._idle: list[_Conn] = []
         self._lock = threading.Lock()
         self._closed = False
-        self._streams = Urllib3Transport(creds, pool_size=4)
+        self._streams = Urllib3Transport(creds, pool_size=WATCH_CONNECTIONS)
 
     # -- connections --------------------------------------------------------------------------
 

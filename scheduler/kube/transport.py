@@ -102,6 +102,11 @@ class _Urllib3Stream:
         try:
             if shutdown is not None:
                 shutdown()  # unblocks a read in another thread (urllib3 >= 2.3)
+        except (RuntimeError, ValueError, *_NET_ERRORS):
+            # RuntimeError: a stream read to its end (the server ended the watch at its
+            # timeoutSeconds) already gave its connection back to the pool: nothing to unblock.
+            pass
+        try:
             self._resp.close()
         except _NET_ERRORS:
             pass

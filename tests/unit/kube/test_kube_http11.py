@@ -191,3 +191,20 @@ def test_https_with_the_wrong_ca_is_a_transport_error(tls: tuple[str, Path, Path
 def test_rest_client_over_it(plain_url: str) -> None:
     rest = RestClient(Http11Transport(Credentials(host=plain_url)), token=lambda: "Bearer x")
     assert rest.request("PATCH", "/p", body={"a": 1}) == {"path": "/p", "len": 7}
+
+
+def test_every_informers_watch_stream_closes_without_a_pool_warning(
+    plain_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Watches go through urllib3: one connection per informer (six kinds) must fit its pool,
+    or each stream closed at shutdown or at a watch timeout logs "Connection pool is full"
+    (it did with a pool of four)."""
+    transport = Http11Transport(Credentials(host=plain_url))
+    streams = [transport.stream(f"/w{i}", {}, 5.0, 5.0) for i in range(8)]
+    with caplog.at_level("WARNING", logger="urllib3.connectionpool"):
+        for stream in streams:
+            assert b"".join(stream.chunks())  # as an informer reads a watch to its end
+        for stream in streams:
+            stream.close()
+    transport.close()
+    assert not [r for r in caplog.records if "pool is full" in r.getMessage()]
