@@ -7,17 +7,17 @@ CR each). Workloads: ``backlog`` (all pods created before the scheduler starts) 
 (pods created at ``--rate`` pods/s after the scheduler is ready); pod kinds: ``gpu``
 (``nvidia.com/gpu: 1``), ``cpu`` (cpu and memory only) and ``share`` (half a card through
 ``koordinator.sh/gpu-core``/``gpu-memory-ratio``; for koord's figures, e.g. memory at 5,000
-nodes x 50,000 pods). For each run it prints pods/s from
-the first to the last bind (on a watch of its own; column ``pods/s``, the issue-29 harness's
-figure), pods/s from the scheduler's process start to the last bind (``start/s``: start-up
-inside the window), the time to the first bind (``1st bind``, from process start), the wall
-time from process start to the last bind, the scheduler's CPU per bound pod (``/proc``; whole
-run, read once its Event writes have settled), its CPU seconds at the first bind (``cpu@1st``: start-up) and its CPU per pod after the
-first bind (``ms/pod>1st``), the scheduling SLI p50/p99
-from the scheduler's own /metrics (koord: ``scheduler_pod_scheduling_sli_duration_seconds``; Go
-v1.20: ``scheduler_pod_scheduling_duration_seconds``), the API writes per pod (the API
-server's ``apiserver_request_total`` for write verbs, less the benchmark's own), and the ratio
-koord/Go of pods/s. Afterwards it checks that no GPU card is over-committed (koord: the summed
+nodes x 50,000 pods). For each run it prints pods/s from the first to the last bind (on a watch
+of its own; column ``pods/s``, the issue-29 harness's figure), pods/s from the scheduler's
+process start to the last bind (``start/s``: start-up inside the window), the time to the first
+bind (``1st bind``, from process start), the wall time from process start to the last bind, the
+scheduler's CPU per bound pod (``/proc``; whole run, read once its Event writes have settled),
+its CPU seconds at the first bind (``cpu@1st``: start-up) and its CPU per pod after the first
+bind (``ms/pod>1st``), the scheduling SLI p50/p99 from the scheduler's own /metrics (koord:
+``scheduler_pod_scheduling_sli_duration_seconds``; Go v1.20:
+``scheduler_pod_scheduling_duration_seconds``), the API writes per pod (the API server's
+``apiserver_request_total`` for write verbs, less the benchmark's own), and the ratio koord/Go
+of pods/s. Afterwards it checks that no GPU card is over-committed (koord: the summed
 device-allocated annotations per card; Go: ``nvidia.com/gpu`` per node).
 
 Both get the same client QPS/burst (``--qps``/``--burst``, default 5000/10000: high enough

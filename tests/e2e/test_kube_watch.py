@@ -37,9 +37,8 @@ def test_a_watch_ended_by_its_timeout_is_watched_again_without_a_relist(
     try:
         assert informer.wait_for_sync(30)
         time.sleep(3.5)  # the server ends about three one-second watches meanwhile
-        rest.request(
-            "POST", NODES_PATH, body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
-        )
+        node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
+        rest.request("POST", NODES_PATH, body=node)
         deadline = time.monotonic() + 20
         while name not in {n.name for n in informer.items()} and time.monotonic() < deadline:
             time.sleep(0.05)
