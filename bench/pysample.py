@@ -186,6 +186,11 @@ def main() -> None:
         help="cProfile every thread on its CPU clock instead of sampling stacks",
     )
     parser.add_argument(
+        "--main-only",
+        action="store_true",
+        help="with --cprofile: the main thread only (the scheduling cycle and the event drain)",
+    )
+    parser.add_argument(
         "--threads",
         action="store_true",
         help="CPU seconds per thread role (/proc) instead of sampling stacks",
@@ -207,7 +212,8 @@ def main() -> None:
     elif args.cprofile:
         profiles = ThreadProfiles()
         atexit.register(lambda: profiles.report(Path(args.out)))
-        threading.setprofile(profiles.install)
+        if not args.main_only:
+            threading.setprofile(profiles.install)
         profiles.install()
     else:
         atexit.register(lambda: sampler.report(Path(args.out)))
