@@ -321,7 +321,9 @@ class SchedulerProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                # faulthandler: a SIGABRT (the chaos tier's answer to a replica that overran
+                # its grace period) writes every thread's stack to the log before it dies.
+                env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"},
             )
         finally:
             log.close()

@@ -102,6 +102,14 @@ def retrying(what: str, fn: Callable[[], Any], timeout: float = 180.0) -> Any:
         time.sleep(0.5)
 
 
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as exc:
+        return f"(no log: {exc})"
+
+
 class Workload:
     """Creates pods at a steady rate in a thread; ``recreate`` deletes and re-creates pods
     under the same names right after creating them (their binds in flight)."""
@@ -218,6 +226,7 @@ class Chaos:
         self.rng = rng
         self.lease_path = f"/apis/coordination.k8s.io/v1/namespaces/default/leases/{LEASE}"
         self.grace_overruns: list[str] = []
+        self.overrun_logs: dict[str, str] = {}  # identity -> its log's tail (thread stacks)
 
     def holder(self) -> str:
         try:
@@ -275,7 +284,15 @@ class Chaos:
             self.grace_overruns.append(ident)
             with r.lock:
                 if r.proc is proc:
+                    # SIGABRT first: faulthandler writes every thread's stack to its log (the
+                    # evidence of where the stop hung), then SIGKILL as kubelet would.
+                    r.signal(signal.SIGABRT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.proc.wait(2)
+            with r.lock:
+                if r.proc is proc:
                     r.signal(signal.SIGKILL)
+            self.overrun_logs[ident] = _tail(proc.log_path, 120)
 
     def restart_apiserver(self) -> str:
         t0 = time.monotonic()
@@ -587,6 +604,10 @@ def test_chaos(chaos_apiserver: Any, tmp_path: Path, report: Callable[[str], Non
             problems.append(
                 f"did not exit within {GRACE_S:.0f}s of SIGTERM (SIGKILLed, as kubelet would): "
                 f"{chaos.grace_overruns}"
+                + "".join(
+                    f"\n--- {ident}: the end of its log (SIGABRT: every thread's stack) ---\n{tail}"
+                    for ident, tail in chaos.overrun_logs.items()
+                )
             )
         if unnamed:
             problems.append(f"pods admitted without the scheduler's name: {unnamed[:20]}")
