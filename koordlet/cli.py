@@ -24,7 +24,6 @@ import sys
 import threading
 import warnings
 from collections.abc import Sequence
-from types import FrameType
 from typing import Any, NoReturn
 
 import structlog
@@ -34,6 +33,7 @@ from prometheus_client import CollectorRegistry
 from apis.duration import DurationError, parse_go_duration_seconds
 from apis.fairshare import DEFAULT_GEMINI_LIBRARY, DefaultLimit
 from apis.logflags import LEVELS, log_level, verbosity
+from apis.signals import StopSignals
 from apis.version import version_line
 from koordlet.agent import Agent, Service, report_once
 from koordlet.devices.fake import FakeLibrary, FakeSpecError
@@ -237,13 +237,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.gpushare_device_plugin:
         agent.add_service(_gpushare_service(args, node_name, api, agent_ref))
     agent_ref.append(agent)
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("signal received: stopping", signal=signal.Signals(signum).name)
-        stop.set()
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    signals = StopSignals()  # it never logs: see apis/signals.py
+    stop = signals.event
+    previous = signals.install()
     try:
         try:
             agent.start()
@@ -251,6 +247,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise UserError(f"cannot start: {exc}") from None
         while not stop.wait(0.5):
             pass
+        log.info("signal received: stopping", signal=signals.received)
     finally:
         agent.stop()
         api.close()

@@ -9,7 +9,6 @@ import argparse
 import contextlib
 import ipaddress
 import os
-import signal
 import socket
 import ssl
 import sys
@@ -21,6 +20,7 @@ from typing import Any, Protocol
 import structlog
 import yaml
 
+from apis.signals import StopSignals
 from scheduler.commands.common import UserError, load_config_or_fail
 from scheduler.config import ConfigError, SchedulerConfiguration, override_leader_election
 from scheduler.framework.runtime import FrameworkError
@@ -315,12 +315,8 @@ def serve_cluster(args: argparse.Namespace, front: FrontEnd | None = None) -> in
             raise
         log.warning("serving plain HTTP without authentication (--port)", port=args.port)
 
-    def on_signal(signum: int, frame: Any) -> None:
-        log.info("stopping", signal=signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    signals = StopSignals(stop)  # it never logs: see apis/signals.py
+    signals.install()
     log.info(
         "starting",
         identity=identity,
@@ -349,6 +345,8 @@ def serve_cluster(args: argparse.Namespace, front: FrontEnd | None = None) -> in
     try:
         sched.run(stop, ready)
     finally:
+        if signals.received:
+            log.info("stopping", signal=signals.received)
         # Graceful order: stop scheduling -> wait (bounded) for the binds in flight -> close
         # the fence -> release the Lease (only when no bind can still be on the wire) -> exit.
         # The whole stop is bounded: past SHUTDOWN_BUDGET the process ends as a SIGKILL would
