@@ -124,22 +124,34 @@ class Scorer:
     def score_rows(self, ledger: NodeDeviceLedger, request: DeviceRequest) -> IntArray:
         """``node_score`` of every ledger row, plus a trailing 0 (for nodes without a row)."""
         n = ledger.n_rows
-        score = np.zeros(n + 1, np.int64)
-        weight_sum = np.zeros(n + 1, np.int64)
+        out: IntArray = np.zeros(n + 1, np.int64)
+        out[:n] = self.rows_score(ledger, request, slice(0, n))
+        return out
+
+    def rows_score(
+        self, ledger: NodeDeviceLedger, request: DeviceRequest, rows: IntArray | slice
+    ) -> IntArray:
+        """``score_rows`` for the given ledger ``rows`` only (each must be < ``n_rows``)."""
+        score: IntArray | None = None
+        weight_sum: IntArray | None = None
         for treq in request.types:
             tbl = ledger.table(treq.device_type)
             for i, w in self.weights[treq.device_type]:
-                total = tbl.sum_total[i, :n]
+                total = tbl.sum_total[i][rows]
                 present = total > 0
                 capacity = np.where(present, total, 1)
-                requested = tbl.sum_alloc[i, :n] + treq.total[i]
+                requested = tbl.sum_alloc[i][rows] + treq.total[i]
                 if self.most_allocated:
                     s = np.minimum(requested, capacity) * MAX_SCORE // capacity
                 else:
                     s = np.where(
                         requested > capacity, 0, (capacity - requested) * MAX_SCORE // capacity
                     )
-                score[:n] += np.where(present, s * w, 0)
-                weight_sum[:n] += present * w
+                part = np.where(present, s * w, 0)
+                score = part if score is None else score + part
+                weight_sum = present * w if weight_sum is None else weight_sum + present * w
+        if score is None or weight_sum is None:
+            size = len(range(ledger.n_rows)[rows]) if isinstance(rows, slice) else len(rows)
+            return np.zeros(size, np.int64)
         out: IntArray = score // np.maximum(weight_sum, 1)
         return out

@@ -16,6 +16,9 @@ Invariants:
 - ``node_generation`` changes whenever what plugins read of a node (labels, annotations, taints,
   allocatable, unschedulable) or the set of nodes changes — not on status heartbeats — so
   plugins may cache per-node masks keyed by it.
+- ``slot_version[slot]`` changes (to a value it never had) whenever any column of the slot
+  (``live``, ``pod_count``, requested, allocatable, the non-zero cpu/memory) does, so
+  plugins may keep per-slot derived columns and recompute only the slots that changed.
 """
 
 from __future__ import annotations
@@ -112,6 +115,8 @@ class Snapshot:
         self.node_generation = 0
         self.pod_generation = 0
         self._live_slots: IntArray | None = None
+        self.slot_version: IntArray = np.zeros(self.capacity, dtype=np.int64)
+        self._tick = 0
         self._priorities: dict[int, int] = {}
         """Priority -> how many placed pods have it (preemption's "any victim at all?")."""
 
@@ -177,6 +182,7 @@ class Snapshot:
             return info  # a status heartbeat: nothing a plugin reads has changed
         info.generation += 1
         slot = info.slot
+        self._touch(slot)
         if old is not None:
             for r in old.allocatable:
                 self._allocatable[r][slot] = 0
@@ -202,6 +208,7 @@ class Snapshot:
                 self._allocatable[r][slot] = 0
         info.node = None
         info.generation += 1
+        self._touch(slot)
         self.live[slot] = False
         self._live_slots = None
         self.node_generation += 1
@@ -226,6 +233,7 @@ class Snapshot:
         self.pod_count[slot] += 1
         self.non_zero_cpu[slot] += pod.non_zero_request(CPU)
         self.non_zero_memory[slot] += pod.non_zero_request(MEMORY)
+        self._touch(slot)
         info.generation += 1
         self.pod_generation += 1
 
@@ -240,6 +248,7 @@ class Snapshot:
         if pod is None:
             return None
         self._subtract(info, pod)
+        self._touch(slot)
         info.generation += 1
         self.pod_generation += 1
         if info.node is None and not info.pods:
@@ -296,7 +305,12 @@ class Snapshot:
         self.pod_count[slot] = 0
         self.non_zero_cpu[slot] = 0
         self.non_zero_memory[slot] = 0
+        self._touch(slot)
         heapq.heappush(self._free, slot)
+
+    def _touch(self, slot: int) -> None:
+        self._tick += 1
+        self.slot_version[slot] = self._tick
 
     def _new_column(self, cols: dict[str, IntArray], resource: str) -> IntArray:
         col = np.zeros(self.capacity, dtype=np.int64)
@@ -313,6 +327,7 @@ class Snapshot:
         self.pod_count = grow(self.pod_count)  # type: ignore[assignment]
         self.non_zero_cpu = grow(self.non_zero_cpu)  # type: ignore[assignment]
         self.non_zero_memory = grow(self.non_zero_memory)  # type: ignore[assignment]
+        self.slot_version = grow(self.slot_version)  # type: ignore[assignment]
         for cols in (self._allocatable, self._requested):
             for r in list(cols):
                 cols[r] = grow(cols[r])  # type: ignore[assignment]

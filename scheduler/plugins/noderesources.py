@@ -17,7 +17,8 @@ Role: kube-scheduler's NodeResourcesFit plugin (``pkg/scheduler/framework/plugin
 
 Invariants: integer arithmetic exactly as kube's; the per-node ``filter``/``score`` are the
 reference and ``filter_nodes``/``score_nodes`` (numpy over the snapshot's resource columns)
-agree with them on every live slot. The plugin keeps no state between cycles.
+agree with them on every live slot. The only state kept between cycles is those columns,
+per request (``framework.slotcache.SlotColumns``: recomputed only at the slots that changed).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from scheduler.framework.events import (
 )
 from scheduler.framework.interfaces import MAX_NODE_SCORE, PluginArgsError, PreFilterExtensions
 from scheduler.framework.plugin_args import LEAST_ALLOCATED, MOST_ALLOCATED, ArgsReader
+from scheduler.framework.slotcache import SlotColumns
 from scheduler.framework.status import Status, error, unschedulable
 from scheduler.framework.types import BoolArray, IntArray, NodeInfo, Snapshot
 
@@ -62,6 +64,7 @@ REASON_TOO_MANY_PODS = "Too many pods"
 REQUESTED_TO_CAPACITY_RATIO = "RequestedToCapacityRatio"
 
 _INT64_MAX = 2**63 - 1
+_FIT, _SCORE = "fit", "score"
 _NATIVE_FIRST = (CPU, MEMORY, EPHEMERAL_STORAGE)
 
 # ---------------------------------------------------------------------------------------------
@@ -209,6 +212,8 @@ class NodeResourcesFit:
     def __init__(self, args: NodeResourcesFitArgs | None = None) -> None:
         self.args = args if args is not None else NodeResourcesFitArgs()
         self._least = self.args.strategy == LEAST_ALLOCATED
+        # The whole-cluster mask per request and score per score request, kept per slot.
+        self._columns = SlotColumns()
 
     def events_to_register(self) -> Sequence[ClusterEvent]:
         # kube: Pod Delete (| UpdatePodScaleDown), Node Add | UpdateNodeAllocatable (| ...).
@@ -267,13 +272,17 @@ class NodeResourcesFit:
         return unschedulable(*reasons) if reasons else None
 
     def filter_nodes(self, state: CycleState, pod: Pod, snapshot: Snapshot) -> BoolArray:
-        fit = self._pod_fit(state)
-        size = snapshot.size
-        mask: BoolArray = snapshot.pod_count[:size] < snapshot.allocatable(PODS)
-        for r, amount in fit.checks:
-            free = snapshot.allocatable(r) - snapshot.requested(r)
-            mask &= free >= min(amount, _INT64_MAX)
-        return mask
+        checks = self._pod_fit(state).checks
+
+        def fits(at: IntArray | slice) -> BoolArray:
+            mask: BoolArray = snapshot.pod_count[at] < snapshot.allocatable(PODS)[at]
+            for r, amount in checks:
+                free = snapshot.allocatable(r)[at] - snapshot.requested(r)[at]
+                mask &= free >= min(amount, _INT64_MAX)
+            return mask
+
+        column: BoolArray = self._columns.get(snapshot, (_FIT, checks), fits)
+        return column.copy()
 
     def filter_reasons(
         self, state: CycleState, pod: Pod, snapshot: Snapshot, slots: IntArray
@@ -349,9 +358,20 @@ class NodeResourcesFit:
         self, state: CycleState, pod: Pod, snapshot: Snapshot, slots: IntArray
     ) -> IntArray:
         pod_requests = self._pod_score_requests(state, pod)
+        column: IntArray = self._columns.get(
+            snapshot, (_SCORE, pod_requests), lambda at: self._scores(snapshot, pod_requests, at)
+        )
+        result: IntArray = column[slots]
+        return result
+
+    def _scores(
+        self, snapshot: Snapshot, pod_requests: tuple[int, ...], slots: IntArray | slice
+    ) -> IntArray:
+        """``score`` of every slot in ``slots`` (an index array or a slice of the slots)."""
         size = snapshot.size
-        node_score = np.zeros(len(slots), dtype=np.int64)
-        weight_sum = np.zeros(len(slots), dtype=np.int64)
+        count = len(range(size)[slots]) if isinstance(slots, slice) else len(slots)
+        node_score = np.zeros(count, dtype=np.int64)
+        weight_sum = np.zeros(count, dtype=np.int64)
         for (r, weight), pod_request in zip(self.args.resources, pod_requests, strict=True):
             if pod_request == 0 and is_scalar_resource_name(r):
                 continue
