@@ -35,6 +35,8 @@ from scheduler.framework.types import IntArray
 __all__ = ["DEFAULT_RESOURCES", "MAX_SCORE", "Scorer", "ScoringPolicy", "ScoringStrategy"]
 
 MAX_SCORE: Final = 100
+FEW_ROWS: Final = 4
+"""Up to this many rows, ``rows_score`` computes in Python ints (cheaper than numpy calls)."""
 
 DEFAULT_RESOURCES: Final[tuple[tuple[str, int], ...]] = (
     (GPU_MEMORY_RATIO, 1),
@@ -132,6 +134,8 @@ class Scorer:
         self, ledger: NodeDeviceLedger, request: DeviceRequest, rows: IntArray | slice
     ) -> IntArray:
         """``score_rows`` for the given ledger ``rows`` only (each must be < ``n_rows``)."""
+        if not isinstance(rows, slice) and len(rows) <= FEW_ROWS:
+            return self._few_rows_score(ledger, request, rows.tolist())
         score: IntArray | None = None
         weight_sum: IntArray | None = None
         for treq in request.types:
@@ -155,3 +159,26 @@ class Scorer:
             return np.zeros(size, np.int64)
         out: IntArray = score // np.maximum(weight_sum, 1)
         return out
+
+    def _few_rows_score(
+        self, ledger: NodeDeviceLedger, request: DeviceRequest, rows: list[int]
+    ) -> IntArray:
+        """``rows_score`` in Python ints, row by row: the same formula for a few rows, without
+        numpy's per-call cost (a refresh after one placement touches one or two rows)."""
+        terms = [
+            (treq.total[i], w, tbl.sum_total[i], tbl.sum_alloc[i])
+            for treq in request.types
+            for tbl in (ledger.table(treq.device_type),)
+            for i, w in self.weights[treq.device_type]
+        ]
+        out: list[int] = []
+        for row in rows:
+            score = weight_sum = 0
+            for add, w, sum_total, sum_alloc in terms:
+                total = int(sum_total[row])
+                if total <= 0:
+                    continue
+                score += self.resource_score(int(sum_alloc[row]) + add, total) * w
+                weight_sum += w
+            out.append(score // max(weight_sum, 1))
+        return np.array(out, np.int64)

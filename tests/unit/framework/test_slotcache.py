@@ -19,6 +19,9 @@ from scheduler.plugins.noderesources import parse_args as fit_args
 from tests.builders import make_node, make_pod
 
 NAMES = [f"n{i}" for i in range(12)]
+BULK = 60
+"""Nodes set before each history: enough slots that a few changed ones are refreshed alone
+(``SlotColumns`` recomputes everything when more than 1/8 of the slots changed)."""
 
 
 def _free_cpu(snapshot: Snapshot, key: int) -> IntArray:
@@ -44,11 +47,19 @@ steps = st.lists(
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(history=steps, limit=st.sampled_from([1, 3, 32]))
-def test_columns_equal_a_fresh_computation(history: list[tuple[str, str, int]], limit: int) -> None:
+@given(
+    history=steps,
+    limit=st.sampled_from([1, 3, 32]),
+    strategy=st.sampled_from(["LeastAllocated", "MostAllocated"]),
+)
+def test_columns_equal_a_fresh_computation(
+    history: list[tuple[str, str, int]], limit: int, strategy: str
+) -> None:
     snapshot = Snapshot(capacity=2)
+    for i in range(BULK):
+        snapshot.set_node(make_node(f"bulk{i}").cpu(str(i % 9)).memory(f"{i % 7}Gi").build())
     columns = SlotColumns(limit=limit)
-    plugin = NodeResourcesFit(fit_args({}))
+    plugin = NodeResourcesFit(fit_args({"scoringStrategy": {"type": strategy}}))
     pods: list[tuple[str, str]] = []
     for i, (what, name, amount) in enumerate(history):
         if what == "node":
