@@ -17,8 +17,10 @@ Role: kube-scheduler's NodeResourcesFit plugin (``pkg/scheduler/framework/plugin
 
 Invariants: integer arithmetic exactly as kube's; the per-node ``filter``/``score`` are the
 reference and ``filter_nodes``/``score_nodes`` (numpy over the snapshot's resource columns)
-agree with them on every live slot. The only state kept between cycles is those columns,
-per request (``framework.slotcache.SlotColumns``: recomputed only at the slots that changed).
+agree with them on every live slot. The only state kept between cycles is derived from the
+args and a pod's requests alone: those columns, per request (``framework.slotcache.
+SlotColumns``: recomputed only at the slots that changed), and PreFilter's checks per request
+list.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ _INT64_MAX = 2**63 - 1
 _FIT, _SCORE = "fit", "score"
 _FEW_SLOTS = 4
 """Up to this many slots, the score column is refreshed in Python ints (cheaper than numpy)."""
+_FITS_KEPT = 1024
 _NATIVE_FIRST = (CPU, MEMORY, EPHEMERAL_STORAGE)
 
 # ---------------------------------------------------------------------------------------------
@@ -226,6 +229,7 @@ class NodeResourcesFit:
         self._least = self.args.strategy == LEAST_ALLOCATED
         # The whole-cluster mask per request and score per score request, kept per slot.
         self._columns = SlotColumns()
+        self._fits: dict[tuple[tuple[str, int], ...], _PodFit] = {}
 
     def events_to_register(self) -> Sequence[ClusterEvent]:
         # kube: Pod Delete (| UpdatePodScaleDown), Node Add | UpdateNodeAllocatable (| ...).
@@ -234,6 +238,16 @@ class NodeResourcesFit:
     # -- PreFilter / Filter --------------------------------------------------------------------
 
     def compute_pod_fit(self, pod: Pod) -> _PodFit:
+        # Pods of one workload share their requests: the checks are kept per request list.
+        key = tuple(pod.requests.items())
+        fit = self._fits.get(key)
+        if fit is None:
+            if len(self._fits) >= _FITS_KEPT:
+                self._fits.clear()
+            fit = self._fits[key] = self._pod_fit_of(pod)
+        return fit
+
+    def _pod_fit_of(self, pod: Pod) -> _PodFit:
         reqs = pod.requests
         checks = [(r, reqs[r]) for r in _NATIVE_FIRST if reqs.get(r, 0) > 0]
         for r in sorted(reqs):
