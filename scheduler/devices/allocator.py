@@ -336,7 +336,9 @@ def plain_gpu_request(request: DeviceRequest, meta: NodeMeta) -> TypeRequest | N
     """The request's one GPU ``TypeRequest`` when ``allocate`` on a node with ``meta`` ends
     in ``sorted(cands, key=order)[:count]`` with nothing preferred: GPUs only, no joint rule,
     no gpushare units, a GPU hint (if any) without selector or topology scope, and either
-    shared cards or one whole card on a node (and pod) without partitions; else None."""
+    shared cards or whole cards on a node (and pod) without partitions — several whole cards
+    only where the scope tree chooses them (a node without a GPU interconnect whose GPUs all
+    report topology); else None."""
     if len(request.types) != 1 or request.joint_types or request.gpushare_units:
         return None
     treq = request.types[0]
@@ -347,7 +349,10 @@ def plain_gpu_request(request: DeviceRequest, meta: NodeMeta) -> TypeRequest | N
         hint.selector is not None or hint.required_topology_scope not in ("", SCOPE_NODE)
     ):
         return None
-    if not treq.shared and (treq.count > 1 or uses_partitions(meta, request.partition)):
+    if not treq.shared and (
+        uses_partitions(meta, request.partition)
+        or (treq.count > 1 and (not meta.gpu_scope_tree or bool(meta.gpu_topology)))
+    ):
         return None
     return treq
 
