@@ -10,9 +10,10 @@ it was computed, and recomputes only the rows whose version differs.
 Invariants: ``feasible(request)`` equals ``feasible_rows(ledger, request)`` and
 ``scores(request)`` equals ``scorer.score_rows(ledger, request)`` (same length, a trailing
 False / 0 for nodes without a row), as long as the ledger changes a row only together with its
-``row_version`` (the ledger's own invariant); both are read-only views, valid until the next
-call. Everything is recomputed when the ledger's row capacity changes. At most ``limit``
-shapes are kept (the least recently used dropped first).
+``row_version`` and its ``tick`` (the ledger's own invariant; an unchanged ``tick`` skips
+even the comparison); both are read-only views, valid until the next call. Everything is
+recomputed when the ledger's row capacity changes. At most ``limit`` shapes are kept (the
+least recently used dropped first).
 """
 
 from __future__ import annotations
@@ -36,10 +37,13 @@ _FULL_FRACTION = 8
 class _Rows:
     """One request shape's vectors over ``capacity`` rows (+1 sentinel)."""
 
-    __slots__ = ("capacity", "fits", "scores", "version")
+    __slots__ = ("capacity", "fits", "n", "scores", "tick", "version")
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
+        self.tick = -1
+        """The ledger's ``tick`` when the rows were last brought up to date (over ``n``)."""
+        self.n = 0
         self.fits: BoolArray = np.zeros(capacity + 1, bool)
         self.scores: IntArray = np.zeros(capacity + 1, np.int64)
         self.version: IntArray = np.full(capacity, -1, np.int64)
@@ -79,14 +83,15 @@ class RequestRows:
             if len(self._shapes) > self._limit:
                 self._shapes.popitem(last=False)
         n = ledger.n_rows
-        if n == 0:
-            return entry
+        if n == 0 or (entry.tick == ledger.tick and entry.n == n):
+            return entry  # nothing changed since (the second call of a cycle, say)
+        tick = ledger.tick
         versions = ledger.row_version[:n]
         dirty = np.flatnonzero(entry.version[:n] != versions)
-        if not len(dirty):
-            return entry
-        rows: IntArray | slice = slice(0, n) if len(dirty) * _FULL_FRACTION > n else dirty
-        entry.fits[rows] = rows_feasible(ledger, request, rows)
-        entry.scores[rows] = self.scorer.rows_score(ledger, request, rows)
-        entry.version[rows] = versions[rows]
+        if len(dirty):
+            rows: IntArray | slice = slice(0, n) if len(dirty) * _FULL_FRACTION > n else dirty
+            entry.fits[rows] = rows_feasible(ledger, request, rows)
+            entry.scores[rows] = self.scorer.rows_score(ledger, request, rows)
+            entry.version[rows] = versions[rows]
+        entry.tick, entry.n = tick, n
         return entry

@@ -9,7 +9,8 @@ slots whose version differs.
 
 Invariants: ``get(snapshot, key, compute)`` equals ``compute(slice(0, snapshot.size))`` as
 long as ``compute``'s value at a slot depends only on ``key`` and that slot's columns (the
-ones ``slot_version`` covers); the result is a read-only view, valid until the next call.
+ones ``slot_version`` covers; an unchanged ``Snapshot.tick`` skips even the comparison); the
+result is a read-only view, valid until the next call.
 A column is recomputed whole for another snapshot or when its capacity changes; at most
 ``limit`` keys are kept (the least recently used dropped first).
 """
@@ -35,11 +36,12 @@ _FULL_FRACTION = 8
 
 
 class _Column:
-    __slots__ = ("snapshot", "values", "version")
+    __slots__ = ("size", "snapshot", "tick", "values", "version")
 
     def __init__(self, snapshot: Snapshot, values: Column) -> None:
         self.snapshot = snapshot
         self.values = values
+        self.tick, self.size = snapshot.tick, snapshot.size  # when last brought up to date
         self.version: IntArray = snapshot.slot_version.copy()
         self.version[snapshot.size :] = -1  # not computed: recomputed once they are in use
 
@@ -68,7 +70,7 @@ class SlotColumns:
             self._columns[key] = entry
             if len(self._columns) > self._limit:
                 self._columns.popitem(last=False)
-        else:
+        elif entry.tick != snapshot.tick or entry.size != size:
             versions = snapshot.slot_version[:size]
             dirty = np.flatnonzero(entry.version[:size] != versions)
             if len(dirty):
@@ -77,6 +79,7 @@ class SlotColumns:
                 )
                 entry.values[slots] = compute(slots)
                 entry.version[slots] = versions[slots]
+            entry.tick, entry.size = snapshot.tick, size
         view: Column = entry.values[:size].view()
         view.flags.writeable = False
         return view

@@ -16,9 +16,9 @@ Invariants:
 - ``node_generation`` changes whenever what plugins read of a node (labels, annotations, taints,
   allocatable, unschedulable) or the set of nodes changes — not on status heartbeats — so
   plugins may cache per-node masks keyed by it.
-- ``slot_version[slot]`` changes (to a value it never had) whenever any column of the slot
-  (``live``, ``pod_count``, requested, allocatable, the non-zero cpu/memory) does, so
-  plugins may keep per-slot derived columns and recompute only the slots that changed.
+- ``slot_version[slot]`` changes (to ``tick``, a value it never had) whenever any column of
+  the slot (``live``, ``pod_count``, requested, allocatable, the non-zero cpu/memory) does,
+  so plugins may keep per-slot derived columns and recompute only the slots that changed.
 """
 
 from __future__ import annotations
@@ -116,7 +116,8 @@ class Snapshot:
         self.pod_generation = 0
         self._live_slots: IntArray | None = None
         self.slot_version: IntArray = np.zeros(self.capacity, dtype=np.int64)
-        self._tick = 0
+        self.tick = 0
+        """Counts the changes ``slot_version`` records (unchanged: no slot changed)."""
         self._priorities: dict[int, int] = {}
         """Priority -> how many placed pods have it (preemption's "any victim at all?")."""
 
@@ -309,8 +310,8 @@ class Snapshot:
         heapq.heappush(self._free, slot)
 
     def _touch(self, slot: int) -> None:
-        self._tick += 1
-        self.slot_version[slot] = self._tick
+        self.tick += 1
+        self.slot_version[slot] = self.tick
 
     def _new_column(self, cols: dict[str, IntArray], resource: str) -> IntArray:
         col = np.zeros(self.capacity, dtype=np.int64)
