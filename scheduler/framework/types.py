@@ -219,8 +219,14 @@ class Snapshot:
     def add_pod(self, node_name: str, pod: Pod) -> None:
         info = self._ensure(node_name)
         ident = pod.uid or pod.key  # the UID: a re-created pod of the same name is another pod
-        if ident in info.pods:
-            self._subtract(info, info.pods[ident])
+        old = info.pods.get(ident)
+        if old is not None:
+            if _same_counts(old, pod):  # an assumed pod confirmed, say: no column changes
+                info.pods[ident] = pod
+                info.generation += 1
+                self.pod_generation += 1
+                return
+            self._subtract(info, old)
         info.pods[ident] = pod
         self._priorities[pod.priority] = self._priorities.get(pod.priority, 0) + 1
         slot = info.slot
@@ -333,6 +339,16 @@ class Snapshot:
             for r in list(cols):
                 cols[r] = grow(cols[r])  # type: ignore[assignment]
         self.capacity = capacity
+
+
+def _same_counts(a: Pod, b: Pod) -> bool:
+    """Whether ``a`` and ``b`` add the same to every column (and to the priorities)."""
+    return (
+        a.requests == b.requests
+        and a.non_zero_cpu == b.non_zero_cpu
+        and a.non_zero_memory == b.non_zero_memory
+        and a.priority == b.priority
+    )
 
 
 def _schedulable_fields_differ(a: Node, b: Node) -> bool:

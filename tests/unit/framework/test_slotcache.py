@@ -38,7 +38,7 @@ def _free_cpu(snapshot: Snapshot, key: int) -> IntArray:
 
 steps = st.lists(
     st.tuples(
-        st.sampled_from(["node", "remove", "pod", "unpod", "query"]),
+        st.sampled_from(["node", "remove", "pod", "unpod", "again", "query"]),
         st.sampled_from(NAMES),
         st.integers(0, 8),
     ),
@@ -75,6 +75,12 @@ def test_columns_equal_a_fresh_computation(
         elif what == "unpod" and pods:
             node, ident = pods.pop(amount % len(pods))
             snapshot.remove_pod(node, ident)
+        elif what == "again" and pods:
+            # The same pod again (a bind's echo): the same requests, or others.
+            node, ident = pods[amount % len(pods)]
+            name = ident.split("/", 1)[1]
+            again = make_pod(name).req(cpu=str(amount % 2), memory=f"{amount}Mi").build()
+            snapshot.add_pod(node, again)
         for key in (amount % 3, 0, 1):  # every key is kept between steps (unless evicted)
             got = columns.get(snapshot, key, _free_cpu(snapshot, key))
             want = _free_cpu(snapshot, key)(slice(0, snapshot.size))
