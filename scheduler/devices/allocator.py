@@ -69,6 +69,7 @@ from scheduler.devices.request import (
     DeviceRequest,
     TypeRequest,
 )
+from scheduler.devices.rowfit import FEW_ROWS, row_feasible
 from scheduler.devices.scopetree import choose_by_scope, choose_minors, has_scope_tree
 from scheduler.devices.scoring import Scorer
 from scheduler.devices.table import SHARE
@@ -557,6 +558,8 @@ def feasible_rows(ledger: NodeDeviceLedger, request: DeviceRequest) -> BoolArray
 def rows_feasible(ledger: NodeDeviceLedger, request: DeviceRequest, rows: IntArray | slice
                   ) -> BoolArray:
     """``feasible_rows`` for the given ledger ``rows`` only (each must be < ``n_rows``)."""
+    if not isinstance(rows, slice) and len(rows) <= FEW_ROWS:
+        return np.array([row_feasible(ledger, request, r) for r in rows.tolist()], bool)
     ok_rows: BoolArray | None = None
     for treq in request.types:
         ok = card_fits(ledger, treq, rows)
@@ -566,3 +569,4 @@ def rows_feasible(ledger: NodeDeviceLedger, request: DeviceRequest, rows: IntArr
         ok_rows = fit if ok_rows is None else ok_rows & fit
     assert ok_rows is not None
     return ok_rows
+

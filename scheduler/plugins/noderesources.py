@@ -301,6 +301,8 @@ class NodeResourcesFit:
         checks = self._pod_fit(state).checks
 
         def fits(at: IntArray | slice) -> BoolArray:
+            if not isinstance(at, slice) and len(at) <= _FEW_SLOTS:
+                return self._few_fits(snapshot, checks, at.tolist())
             mask: BoolArray = snapshot.pod_count[at] < snapshot.allocatable(PODS)[at]
             for r, amount in checks:
                 free = snapshot.allocatable(r)[at] - snapshot.requested(r)[at]
@@ -339,6 +341,25 @@ class NodeResourcesFit:
                 statuses.append(unschedulable(*reasons))
         codes: IntArray = remap[inverse.reshape(-1)]
         return codes, statuses
+
+    @staticmethod
+    def _few_fits(
+        snapshot: Snapshot, checks: tuple[tuple[str, int], ...], slots: list[int]
+    ) -> BoolArray:
+        """``filter_nodes``' mask at a few slots in Python ints (the same tests)."""
+        pods, allowed = snapshot.pod_count, snapshot.allocatable(PODS)
+        columns = [
+            (snapshot.allocatable(r), snapshot.requested(r), min(amount, _INT64_MAX))
+            for r, amount in checks
+        ]
+        return np.array(
+            [
+                int(pods[slot]) < int(allowed[slot])
+                and all(int(a[slot]) - int(q[slot]) >= amount for a, q, amount in columns)
+                for slot in slots
+            ],
+            bool,
+        )
 
     def _few_scores(
         self, snapshot: Snapshot, pod_requests: tuple[int, ...], slots: list[int]
