@@ -4,14 +4,15 @@ Role: DeviceShare's whole-cluster Filter and Score ask, for every pod, ``feasibl
 ``Scorer.score_rows`` over all the ledger's rows — a pass over every card of the cluster —
 although between two pods of the same request shape only the rows that a reservation, a bind
 or an event touched have changed. ``RequestRows`` keeps both vectors per request shape (the
-request's ``types``: all that the two depend on) with the ``row_version`` each row had when
-it was computed, and recomputes only the rows whose version differs.
+request's ``types``: all that the two depend on) with the ledger's ``tick`` when they were
+last brought up to date, and recomputes only the rows whose ``row_version`` (the tick of
+their last change) is newer, and the rows added since.
 
 Invariants: ``feasible(request)`` equals ``feasible_rows(ledger, request)`` and
 ``scores(request)`` equals ``scorer.score_rows(ledger, request)`` (same length, a trailing
 False / 0 for nodes without a row), as long as the ledger changes a row only together with its
-``row_version`` and its ``tick`` (the ledger's own invariant; an unchanged ``tick`` skips
-even the comparison); both are read-only views, valid until the next call. Everything is
+``row_version``, set to its ever-growing ``tick`` (the ledger's own invariant; an unchanged
+``tick`` skips even the scan); both are read-only views, valid until the next call. Everything is
 recomputed when the ledger's row capacity changes. At most ``limit`` shapes are kept (the
 least recently used dropped first).
 """
@@ -37,16 +38,15 @@ _FULL_FRACTION = 8
 class _Rows:
     """One request shape's vectors over ``capacity`` rows (+1 sentinel)."""
 
-    __slots__ = ("capacity", "fits", "n", "scores", "tick", "version")
+    __slots__ = ("capacity", "fits", "n", "scores", "tick")
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.tick = -1
-        """The ledger's ``tick`` when the rows were last brought up to date (over ``n``)."""
+        """The ledger's ``tick`` when rows ``[0, n)`` were last brought up to date."""
         self.n = 0
         self.fits: BoolArray = np.zeros(capacity + 1, bool)
         self.scores: IntArray = np.zeros(capacity + 1, np.int64)
-        self.version: IntArray = np.full(capacity, -1, np.int64)
 
 
 class RequestRows:
@@ -85,13 +85,18 @@ class RequestRows:
         n = ledger.n_rows
         if n == 0 or (entry.tick == ledger.tick and entry.n == n):
             return entry  # nothing changed since (the second call of a cycle, say)
-        tick = ledger.tick
-        versions = ledger.row_version[:n]
-        dirty = np.flatnonzero(entry.version[:n] != versions)
-        if len(dirty):
-            rows: IntArray | slice = slice(0, n) if len(dirty) * _FULL_FRACTION > n else dirty
-            entry.fits[rows] = rows_feasible(ledger, request, rows)
-            entry.scores[rows] = self.scorer.rows_score(ledger, request, rows)
-            entry.version[rows] = versions[rows]
-        entry.tick, entry.n = tick, n
+        # Rows changed since (their version is the tick of their last change), and new rows.
+        changed = np.flatnonzero(ledger.row_version[: entry.n] > entry.tick)
+        if len(changed) * _FULL_FRACTION > n:
+            self._refresh(entry, request, slice(0, n))
+        else:
+            if len(changed):
+                self._refresh(entry, request, changed)
+            if entry.n < n:
+                self._refresh(entry, request, slice(entry.n, n))
+        entry.tick, entry.n = ledger.tick, n
         return entry
+
+    def _refresh(self, entry: _Rows, request: DeviceRequest, rows: IntArray | slice) -> None:
+        entry.fits[rows] = rows_feasible(self.ledger, request, rows)
+        entry.scores[rows] = self.scorer.rows_score(self.ledger, request, rows)

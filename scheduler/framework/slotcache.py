@@ -2,14 +2,14 @@
 
 Role: a whole-cluster plugin computes, for every pod, a mask or a score over all the
 snapshot's slots, although between two pods only the slots that a placement or an event
-touched have changed (``Snapshot.slot_version``). ``SlotColumns`` keeps one such column per
-key (what the column depends on besides the slots' columns: a pod's requests, say) with the
-version each slot had when it was computed, and asks its ``compute`` function only for the
-slots whose version differs.
+touched have changed (``Snapshot.slot_version``: the snapshot's ``tick`` at each slot's last
+change). ``SlotColumns`` keeps one such column per key (what the column depends on besides
+the slots' columns: a pod's requests, say) with the ``tick`` it was last brought up to date
+at, and asks its ``compute`` function only for the slots changed since and the new ones.
 
 Invariants: ``get(snapshot, key, compute)`` equals ``compute(slice(0, snapshot.size))`` as
 long as ``compute``'s value at a slot depends only on ``key`` and that slot's columns (the
-ones ``slot_version`` covers; an unchanged ``Snapshot.tick`` skips even the comparison); the
+ones ``slot_version`` covers; an unchanged ``Snapshot.tick`` skips even the scan); the
 result is a read-only view, valid until the next call.
 A column is recomputed whole for another snapshot or when its capacity changes; at most
 ``limit`` keys are kept (the least recently used dropped first).
@@ -36,14 +36,13 @@ _FULL_FRACTION = 8
 
 
 class _Column:
-    __slots__ = ("size", "snapshot", "tick", "values", "version")
+    __slots__ = ("capacity", "size", "snapshot", "tick", "values")
 
     def __init__(self, snapshot: Snapshot, values: Column) -> None:
         self.snapshot = snapshot
         self.values = values
+        self.capacity = snapshot.capacity
         self.tick, self.size = snapshot.tick, snapshot.size  # when last brought up to date
-        self.version: IntArray = snapshot.slot_version.copy()
-        self.version[snapshot.size :] = -1  # not computed: recomputed once they are in use
 
 
 class SlotColumns:
@@ -61,7 +60,8 @@ class SlotColumns:
         if (
             entry is None
             or entry.snapshot is not snapshot
-            or len(entry.version) != len(snapshot.slot_version)
+            or entry.capacity != snapshot.capacity
+            or entry.size > size
         ):
             full = compute(slice(0, size))
             values = np.empty(snapshot.capacity, dtype=full.dtype)
@@ -71,14 +71,15 @@ class SlotColumns:
             if len(self._columns) > self._limit:
                 self._columns.popitem(last=False)
         elif entry.tick != snapshot.tick or entry.size != size:
-            versions = snapshot.slot_version[:size]
-            dirty = np.flatnonzero(entry.version[:size] != versions)
-            if len(dirty):
-                slots: IntArray | slice = (
-                    slice(0, size) if len(dirty) * _FULL_FRACTION > size else dirty
-                )
-                entry.values[slots] = compute(slots)
-                entry.version[slots] = versions[slots]
+            # Slots changed since (their version is the tick of their last change), new slots.
+            changed = np.flatnonzero(snapshot.slot_version[: entry.size] > entry.tick)
+            if len(changed) * _FULL_FRACTION > size:
+                entry.values[:size] = compute(slice(0, size))
+            else:
+                if len(changed):
+                    entry.values[changed] = compute(changed)
+                if entry.size < size:
+                    entry.values[entry.size : size] = compute(slice(entry.size, size))
             entry.tick, entry.size = snapshot.tick, size
         view: Column = entry.values[:size].view()
         view.flags.writeable = False
