@@ -90,6 +90,12 @@ class _Entry:
     plugins: frozenset[str] = frozenset()
     key: tuple[Any, ...] = ()
     """The activeQ's sort key, when the QueueSort plugin gives one (``sort_key`` + seq)."""
+    name: str = ""
+    """The pod's key (``qpi.key``, which never changes for an entry), kept for the heap."""
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            self.name = self.qpi.key
 
 
 class _Heap:
@@ -119,9 +125,9 @@ class _Heap:
         return self._items[0] if self._items else None
 
     def push(self, entry: _Entry) -> None:
-        assert entry.qpi.key not in self._pos, entry.qpi.key
+        assert entry.name not in self._pos, entry.name
         self._items.append(entry)
-        self._pos[entry.qpi.key] = len(self._items) - 1
+        self._pos[entry.name] = len(self._items) - 1
         self._up(len(self._items) - 1)
 
     def pop(self) -> _Entry:
@@ -141,10 +147,10 @@ class _Heap:
         items = self._items
         entry = items[i]
         last = items.pop()
-        del self._pos[entry.qpi.key]
+        del self._pos[entry.name]
         if i < len(items):
             items[i] = last
-            self._pos[last.qpi.key] = i
+            self._pos[last.name] = i
             if not self._up(i):
                 self._down(i)
         return entry
@@ -152,8 +158,8 @@ class _Heap:
     def _swap(self, i: int, j: int) -> None:
         items = self._items
         items[i], items[j] = items[j], items[i]
-        self._pos[items[i].qpi.key] = i
-        self._pos[items[j].qpi.key] = j
+        self._pos[items[i].name] = i
+        self._pos[items[j].name] = j
 
     def _up(self, i: int) -> bool:
         moved = False

@@ -10,11 +10,11 @@ Reserve/Unreserve) and the core's bookkeeping (``_binding``, ``_deferred``,
 ``failures``, ``preemptions``, ``queue_stats``). A *bind worker* (a thread of ``_binder``)
 runs only what this module and the read-backs submit, and may touch only: the profile's
 WaitOnPermit/PreBind/Bind/PostBind for its own pod, the cluster port (the bind, reads of the
-pod), ``_closing`` (read), ``_read_back[uid]`` for its own pod (written *before* its outcome
-is queued) and the inbox (``BindOutcome``/``Call`` messages); ``_bind_futures`` and
-``_pending_io`` are shared under their locks. Everything else a worker learns goes back
-through the inbox and is applied between cycles (``scheduler.core.outcomes``), so a cycle
-always sees a consistent snapshot and a reservation is released only on the scheduling
+pod, its Scheduled event), ``_closing`` (read), ``_read_back[uid]`` for its own pod (written
+*before* its outcome is queued) and the inbox (``BindOutcome``/``Call`` messages);
+``_bind_futures`` and ``_pending_io`` are shared under their locks. Everything else a worker
+learns goes back through the inbox and is applied between cycles (``scheduler.core.outcomes``),
+so a cycle always sees a consistent snapshot and a reservation is released only on the scheduling
 thread, and only when nothing of ours can still hold the card: when in doubt, hold it.
 
 Outcomes: "bound" (a 201, or a read-back showing this UID on our node), "failed" (certainly
@@ -74,12 +74,27 @@ class BindingCycle(SchedulerBase):
             status = Status(Code.ERROR, (str(exc),), exc)
         resolution = self._resolve(assumed, status)
         landed = resolution == "bound" and status is not None  # read back: bound, this UID
+        if resolution == "bound" and placed is None:
+            self._record_scheduled(fwk, assumed)
         self._inbox.put(
             BindOutcome(
                 fwk, state, qpi, assumed, status, started, resolution, waiting is None, placed,
                 landed,
             )
         )
+
+    def _record_scheduled(self, fwk: Framework, assumed: Pod) -> None:
+        """The Scheduled event, written by the bind worker as kube-scheduler's binding cycle
+        writes it (not one more task on the pool per pod); a failure is logged, never raised."""
+        try:
+            fwk.handle.client.record_event(
+                assumed,
+                "Normal",
+                "Scheduled",
+                f"Successfully assigned {assumed.key} to {assumed.node_name}",
+            )
+        except Exception as exc:  # reporting must never break binding
+            log.warning("cluster write failed", action="record_event", error=str(exc))
 
     def _resolve(self, assumed: Pod, status: Status | None) -> str:
         """What the binding cycle did, in the cluster's terms (worker thread).

@@ -1,13 +1,13 @@
 """A bind's outcome applied on the scheduling thread (kube-scheduler's handleBindingCycleError
 and the finishing half of bindingCycle): this is where a bind's fate is decided for the caches.
 
-"bound" finishes the assumed pod and reports Scheduled; "unknown" keeps the pod assumed and
-its reservation held (the informer settles it); anything else runs Unreserve, forgets the pod,
-moves the pods it turned away, and then retries (failed, fenced), waits for an event
-(rejected) or drops it (gone, deleted meanwhile). A 201 for a pod deleted meanwhile first
-reads back what holds the name (``_read_back_before_release``). ``place``'s outcomes go to
-its future instead: the caller owns the pod. Who may touch what: the ownership rule in
-``scheduler.core.binding_cycle``.
+"bound" finishes the assumed pod (its bind worker wrote the Scheduled event); "unknown"
+keeps the pod assumed and its reservation held (the informer settles it); anything else runs
+Unreserve, forgets the pod, moves the pods it turned away, and then retries (failed, fenced),
+waits for an event (rejected) or drops it (gone, deleted meanwhile). A 201 for a pod deleted
+meanwhile first reads back what holds the name (``_read_back_before_release``). ``place``'s
+outcomes go to its future instead: the caller owns the pod. Who may touch what: the ownership
+rule in ``scheduler.core.binding_cycle``.
 """
 
 from __future__ import annotations
@@ -59,14 +59,7 @@ class BindingOutcomes(EventHandlers):
             self.observer.attempt("scheduled", fwk.name, seconds)
             first = qpi.initial_attempt_timestamp or qpi.timestamp
             self.observer.scheduled(qpi.attempts, self.clock.now() - first)
-            self._io(
-                fwk.handle.client.record_event,
-                assumed,
-                "Normal",
-                "Scheduled",
-                f"Successfully assigned {assumed.key} to {assumed.node_name}",
-            )
-            return
+            return  # the bind worker wrote the Scheduled event (``_record_scheduled``)
         assert status is not None
         if resolution == "unknown":
             # The bind may have landed and the cluster cannot say: keep the pod assumed and

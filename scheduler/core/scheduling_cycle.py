@@ -8,7 +8,6 @@ elsewhere (the extender's bind verb). Who may touch what: the ownership rule in
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from concurrent.futures import Future
 
@@ -95,7 +94,7 @@ class SchedulingCycle(BindingCycle):
     ) -> Status | None:
         """Assume → Reserve → Permit, then hand the pod to the binding cycle; the Reserve or
         Permit status when the pod did not get that far (everything undone)."""
-        assumed = dataclasses.replace(qpi.pod, node_name=node_name)
+        assumed = qpi.pod.on_node(node_name)
         self.cache.assume_pod(assumed)
         self.nominator.remove(assumed.uid)
         status = fwk.run_reserve(state, assumed, node_name)

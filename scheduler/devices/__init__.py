@@ -22,8 +22,10 @@ rather than keep their own picture. Layout, by concern:
   Restricted/BestEffort, Koordinator's reasons);
 - ``scoring``: card and node scores (``Scorer``: LeastAllocated / MostAllocated, weights);
 - ``allocator``: which cards a request gets on a node (``allocate``), whole-cluster feasibility
-  (``feasible_rows``, ``rows_feasible``) and the per-card fit as matrices (``card_fits``,
-  ``card_taken``, ``card_left``);
+  (``feasible_rows``, ``rows_feasible``; ``rowfit``: one row's, in Python ints) and the
+  per-card fit as matrices (``card_fits``, ``card_taken``, ``card_left``);
+- ``rowcache``: ``RequestRows``, the feasibility and node score of every row per request
+  shape, recomputed only for the rows that changed (DeviceShare's Filter and Score);
 - ``overlay``: ``NodeOverlay``, a what-if node over the ledger that never mutates it.
 
 ``ledger_of(handle)`` is the typed accessor: the scheduler's one ledger, created on first use

@@ -69,6 +69,7 @@ from scheduler.devices.request import (
     DeviceRequest,
     TypeRequest,
 )
+from scheduler.devices.rowfit import FEW_ROWS, row_feasible
 from scheduler.devices.scopetree import choose_by_scope, choose_minors, has_scope_tree
 from scheduler.devices.scoring import Scorer
 from scheduler.devices.table import SHARE
@@ -336,7 +337,9 @@ def plain_gpu_request(request: DeviceRequest, meta: NodeMeta) -> TypeRequest | N
     """The request's one GPU ``TypeRequest`` when ``allocate`` on a node with ``meta`` ends
     in ``sorted(cands, key=order)[:count]`` with nothing preferred: GPUs only, no joint rule,
     no gpushare units, a GPU hint (if any) without selector or topology scope, and either
-    shared cards or one whole card on a node (and pod) without partitions; else None."""
+    shared cards or whole cards on a node (and pod) without partitions — several whole cards
+    only where the scope tree chooses them (a node without a GPU interconnect whose GPUs all
+    report topology); else None."""
     if len(request.types) != 1 or request.joint_types or request.gpushare_units:
         return None
     treq = request.types[0]
@@ -347,7 +350,10 @@ def plain_gpu_request(request: DeviceRequest, meta: NodeMeta) -> TypeRequest | N
         hint.selector is not None or hint.required_topology_scope not in ("", SCOPE_NODE)
     ):
         return None
-    if not treq.shared and (treq.count > 1 or uses_partitions(meta, request.partition)):
+    if not treq.shared and (
+        uses_partitions(meta, request.partition)
+        or (treq.count > 1 and (not meta.gpu_scope_tree or bool(meta.gpu_topology)))
+    ):
         return None
     return treq
 
@@ -552,6 +558,8 @@ def feasible_rows(ledger: NodeDeviceLedger, request: DeviceRequest) -> BoolArray
 def rows_feasible(ledger: NodeDeviceLedger, request: DeviceRequest, rows: IntArray | slice
                   ) -> BoolArray:
     """``feasible_rows`` for the given ledger ``rows`` only (each must be < ``n_rows``)."""
+    if not isinstance(rows, slice) and len(rows) <= FEW_ROWS:
+        return np.array([row_feasible(ledger, request, r) for r in rows.tolist()], bool)
     ok_rows: BoolArray | None = None
     for treq in request.types:
         ok = card_fits(ledger, treq, rows)
@@ -561,3 +569,4 @@ def rows_feasible(ledger: NodeDeviceLedger, request: DeviceRequest, rows: IntArr
         ok_rows = fit if ok_rows is None else ok_rows & fit
     assert ok_rows is not None
     return ok_rows
+

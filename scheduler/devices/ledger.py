@@ -129,8 +129,8 @@ class NodeDeviceLedger:
         self.annotation_errors = 0
         self.node_set_generation = 0
         self.row_version: I64 = np.zeros(self._rows_cap, np.int64)
-        """Per row, a counter value that changes whenever the row's cards or holders do."""
-        self._tick = 0
+        """Per row, the value ``tick`` had at its last change (``tick`` counts the changes)."""
+        self.tick = 0
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -534,8 +534,8 @@ class NodeDeviceLedger:
         return row
 
     def _touch(self, row: int) -> None:
-        self._tick += 1
-        self.row_version[row] = self._tick
+        self.tick += 1
+        self.row_version[row] = self.tick
 
     def _rebuild_row(self, node: str) -> None:
         """Lay out the node's row again from its Device CR and its holdings."""

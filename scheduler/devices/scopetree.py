@@ -124,7 +124,22 @@ def choose_minors(
     required_scope: str,
 ) -> tuple[int, ...] | None:
     """``choose_by_scope`` on minors: ``layout`` the node's GPUs, ``used`` those with
-    something in use, ``fits`` the candidates and their card scores (read when ``shared``)."""
+    something in use, ``fits`` the candidates and their card scores (read when ``shared``).
+    Answered from a cache of the pure choice: nodes of one layout meet the same few states."""
+    candidates = tuple(sorted(fits.items())) if shared else tuple((m, 0) for m in sorted(fits))
+    return _choose_minors(layout, frozenset(used), candidates, count, shared, required_scope)
+
+
+@lru_cache(maxsize=16384)
+def _choose_minors(
+    layout: Layout,
+    used: frozenset[int],
+    candidates: tuple[tuple[int, int], ...],
+    count: int,
+    shared: bool,
+    required_scope: str,
+) -> tuple[int, ...] | None:
+    fits = dict(candidates)
     required_level = TOPOLOGY_SCOPE_LEVEL.get(required_scope, 0)
     want = 1 if shared else count
 

@@ -35,6 +35,8 @@ from scheduler.framework.types import IntArray
 __all__ = ["DEFAULT_RESOURCES", "MAX_SCORE", "Scorer", "ScoringPolicy", "ScoringStrategy"]
 
 MAX_SCORE: Final = 100
+FEW_ROWS: Final = 4
+"""Up to this many rows, ``rows_score`` computes in Python ints (cheaper than numpy calls)."""
 
 DEFAULT_RESOURCES: Final[tuple[tuple[str, int], ...]] = (
     (GPU_MEMORY_RATIO, 1),
@@ -124,22 +126,59 @@ class Scorer:
     def score_rows(self, ledger: NodeDeviceLedger, request: DeviceRequest) -> IntArray:
         """``node_score`` of every ledger row, plus a trailing 0 (for nodes without a row)."""
         n = ledger.n_rows
-        score = np.zeros(n + 1, np.int64)
-        weight_sum = np.zeros(n + 1, np.int64)
+        out: IntArray = np.zeros(n + 1, np.int64)
+        out[:n] = self.rows_score(ledger, request, slice(0, n))
+        return out
+
+    def rows_score(
+        self, ledger: NodeDeviceLedger, request: DeviceRequest, rows: IntArray | slice
+    ) -> IntArray:
+        """``score_rows`` for the given ledger ``rows`` only (each must be < ``n_rows``)."""
+        if not isinstance(rows, slice) and len(rows) <= FEW_ROWS:
+            return self._few_rows_score(ledger, request, rows.tolist())
+        score: IntArray | None = None
+        weight_sum: IntArray | None = None
         for treq in request.types:
             tbl = ledger.table(treq.device_type)
             for i, w in self.weights[treq.device_type]:
-                total = tbl.sum_total[i, :n]
+                total = tbl.sum_total[i][rows]
                 present = total > 0
                 capacity = np.where(present, total, 1)
-                requested = tbl.sum_alloc[i, :n] + treq.total[i]
+                requested = tbl.sum_alloc[i][rows] + treq.total[i]
                 if self.most_allocated:
                     s = np.minimum(requested, capacity) * MAX_SCORE // capacity
                 else:
                     s = np.where(
                         requested > capacity, 0, (capacity - requested) * MAX_SCORE // capacity
                     )
-                score[:n] += np.where(present, s * w, 0)
-                weight_sum[:n] += present * w
+                part = np.where(present, s * w, 0)
+                score = part if score is None else score + part
+                weight_sum = present * w if weight_sum is None else weight_sum + present * w
+        if score is None or weight_sum is None:
+            size = len(range(ledger.n_rows)[rows]) if isinstance(rows, slice) else len(rows)
+            return np.zeros(size, np.int64)
         out: IntArray = score // np.maximum(weight_sum, 1)
         return out
+
+    def _few_rows_score(
+        self, ledger: NodeDeviceLedger, request: DeviceRequest, rows: list[int]
+    ) -> IntArray:
+        """``rows_score`` in Python ints, row by row: the same formula for a few rows, without
+        numpy's per-call cost (a refresh after one placement touches one or two rows)."""
+        terms = [
+            (treq.total[i], w, tbl.sum_total[i], tbl.sum_alloc[i])
+            for treq in request.types
+            for tbl in (ledger.table(treq.device_type),)
+            for i, w in self.weights[treq.device_type]
+        ]
+        out: list[int] = []
+        for row in rows:
+            score = weight_sum = 0
+            for add, w, sum_total, sum_alloc in terms:
+                total = int(sum_total[row])
+                if total <= 0:
+                    continue
+                score += self.resource_score(int(sum_alloc[row]) + add, total) * w
+                weight_sum += w
+            out.append(score // max(weight_sum, 1))
+        return np.array(out, np.int64)

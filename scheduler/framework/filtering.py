@@ -161,7 +161,9 @@ class FilterPhase(ProfileBase):
             return FilterOutcome(
                 np.empty(0, dtype=np.int64), 0, lambda: NodeStatuses(snapshot, {})
             )
-        if start_index:
+        # Every slot live and no rotation: the order is the slots themselves (no gathers).
+        identity = n == snapshot.size and not start_index % n
+        if start_index % n:
             order = np.roll(order, -(start_index % n))
         masks: list[tuple[Any, BoolArray]] = []
         per_node: list[Any] = []
@@ -182,7 +184,9 @@ class FilterPhase(ProfileBase):
                 )
             masks.append((plugin, m))
             mask = m.copy() if mask is None else np.logical_and(mask, m, out=mask)
-        ordered_ok = mask[order] if mask is not None else np.ones(n, dtype=bool)
+        if mask is None:
+            mask = np.ones(snapshot.size, dtype=bool)
+        ordered_ok = mask if identity else mask[order]  # ``mask`` is our own copy
         per_node_statuses: dict[str, Status] = {}
         nominated = self.handle.nominator.nodes_for(pod) if self.handle.nominator else set()
         if nominated and not per_node:
@@ -211,7 +215,7 @@ class FilterPhase(ProfileBase):
                 processed = int(positions[-1]) + 1
             else:
                 processed = n
-            feasible = order[positions]
+            feasible = positions if identity else order[positions]
         else:
             found: list[int] = []
             processed = n

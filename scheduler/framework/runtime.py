@@ -150,7 +150,8 @@ class Framework(FilterPhase):
                 if status is not None and not status.is_success:
                     self._observe("score", status, start)
                     return status
-            if len(scores) and (scores.min() < 0 or scores.max() > api.MAX_NODE_SCORE):
+            # One pass: a negative int64 read as uint64 is above the maximum too.
+            if len(scores) and bool((scores.view(np.uint64) > api.MAX_NODE_SCORE).any()):
                 bad = int(scores.max() if scores.max() > api.MAX_NODE_SCORE else scores.min())
                 status = Status(
                     Code.ERROR,
@@ -164,7 +165,7 @@ class Framework(FilterPhase):
                 )
                 self._observe("score", status, start)
                 return status
-            total += scores * weight
+            total += scores if weight == 1 else scores * weight
         self._observe("score", None, start)
         return total
 

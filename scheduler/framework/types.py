@@ -16,6 +16,9 @@ Invariants:
 - ``node_generation`` changes whenever what plugins read of a node (labels, annotations, taints,
   allocatable, unschedulable) or the set of nodes changes — not on status heartbeats — so
   plugins may cache per-node masks keyed by it.
+- ``slot_version[slot]`` changes (to ``tick``, a value it never had) whenever any column of
+  the slot (``live``, ``pod_count``, requested, allocatable, the non-zero cpu/memory) does,
+  so plugins may keep per-slot derived columns and recompute only the slots that changed.
 """
 
 from __future__ import annotations
@@ -112,6 +115,9 @@ class Snapshot:
         self.node_generation = 0
         self.pod_generation = 0
         self._live_slots: IntArray | None = None
+        self.slot_version: IntArray = np.zeros(self.capacity, dtype=np.int64)
+        self.tick = 0
+        """Counts the changes ``slot_version`` records (unchanged: no slot changed)."""
         self._priorities: dict[int, int] = {}
         """Priority -> how many placed pods have it (preemption's "any victim at all?")."""
 
@@ -177,6 +183,7 @@ class Snapshot:
             return info  # a status heartbeat: nothing a plugin reads has changed
         info.generation += 1
         slot = info.slot
+        self._touch(slot)
         if old is not None:
             for r in old.allocatable:
                 self._allocatable[r][slot] = 0
@@ -202,6 +209,7 @@ class Snapshot:
                 self._allocatable[r][slot] = 0
         info.node = None
         info.generation += 1
+        self._touch(slot)
         self.live[slot] = False
         self._live_slots = None
         self.node_generation += 1
@@ -211,8 +219,14 @@ class Snapshot:
     def add_pod(self, node_name: str, pod: Pod) -> None:
         info = self._ensure(node_name)
         ident = pod.uid or pod.key  # the UID: a re-created pod of the same name is another pod
-        if ident in info.pods:
-            self._subtract(info, info.pods[ident])
+        old = info.pods.get(ident)
+        if old is not None:
+            if _same_counts(old, pod):  # an assumed pod confirmed, say: no column changes
+                info.pods[ident] = pod
+                info.generation += 1
+                self.pod_generation += 1
+                return
+            self._subtract(info, old)
         info.pods[ident] = pod
         self._priorities[pod.priority] = self._priorities.get(pod.priority, 0) + 1
         slot = info.slot
@@ -226,6 +240,7 @@ class Snapshot:
         self.pod_count[slot] += 1
         self.non_zero_cpu[slot] += pod.non_zero_request(CPU)
         self.non_zero_memory[slot] += pod.non_zero_request(MEMORY)
+        self._touch(slot)
         info.generation += 1
         self.pod_generation += 1
 
@@ -240,6 +255,7 @@ class Snapshot:
         if pod is None:
             return None
         self._subtract(info, pod)
+        self._touch(slot)
         info.generation += 1
         self.pod_generation += 1
         if info.node is None and not info.pods:
@@ -296,7 +312,12 @@ class Snapshot:
         self.pod_count[slot] = 0
         self.non_zero_cpu[slot] = 0
         self.non_zero_memory[slot] = 0
+        self._touch(slot)
         heapq.heappush(self._free, slot)
+
+    def _touch(self, slot: int) -> None:
+        self.tick += 1
+        self.slot_version[slot] = self.tick
 
     def _new_column(self, cols: dict[str, IntArray], resource: str) -> IntArray:
         col = np.zeros(self.capacity, dtype=np.int64)
@@ -313,10 +334,21 @@ class Snapshot:
         self.pod_count = grow(self.pod_count)  # type: ignore[assignment]
         self.non_zero_cpu = grow(self.non_zero_cpu)  # type: ignore[assignment]
         self.non_zero_memory = grow(self.non_zero_memory)  # type: ignore[assignment]
+        self.slot_version = grow(self.slot_version)  # type: ignore[assignment]
         for cols in (self._allocatable, self._requested):
             for r in list(cols):
                 cols[r] = grow(cols[r])  # type: ignore[assignment]
         self.capacity = capacity
+
+
+def _same_counts(a: Pod, b: Pod) -> bool:
+    """Whether ``a`` and ``b`` add the same to every column (and to the priorities)."""
+    return (
+        a.requests == b.requests
+        and a.non_zero_cpu == b.non_zero_cpu
+        and a.non_zero_memory == b.non_zero_memory
+        and a.priority == b.priority
+    )
 
 
 def _schedulable_fields_differ(a: Node, b: Node) -> bool:

@@ -17,7 +17,10 @@ Role: kube-scheduler's NodeResourcesFit plugin (``pkg/scheduler/framework/plugin
 
 Invariants: integer arithmetic exactly as kube's; the per-node ``filter``/``score`` are the
 reference and ``filter_nodes``/``score_nodes`` (numpy over the snapshot's resource columns)
-agree with them on every live slot. The plugin keeps no state between cycles.
+agree with them on every live slot. The only state kept between cycles is derived from the
+args and a pod's requests alone: those columns, per request (``framework.slotcache.
+SlotColumns``: recomputed only at the slots that changed), and PreFilter's checks per request
+list.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from scheduler.framework.events import (
 )
 from scheduler.framework.interfaces import MAX_NODE_SCORE, PluginArgsError, PreFilterExtensions
 from scheduler.framework.plugin_args import LEAST_ALLOCATED, MOST_ALLOCATED, ArgsReader
+from scheduler.framework.slotcache import SlotColumns
 from scheduler.framework.status import Status, error, unschedulable
 from scheduler.framework.types import BoolArray, IntArray, NodeInfo, Snapshot
 
@@ -62,6 +66,10 @@ REASON_TOO_MANY_PODS = "Too many pods"
 REQUESTED_TO_CAPACITY_RATIO = "RequestedToCapacityRatio"
 
 _INT64_MAX = 2**63 - 1
+_FIT, _SCORE = "fit", "score"
+_FEW_SLOTS = 4
+"""Up to this many slots, the score column is refreshed in Python ints (cheaper than numpy)."""
+_FITS_KEPT = 1024
 _NATIVE_FIRST = (CPU, MEMORY, EPHEMERAL_STORAGE)
 
 # ---------------------------------------------------------------------------------------------
@@ -201,6 +209,16 @@ def _most_requested(requested: int, capacity: int) -> int:
     return min(requested, capacity) * MAX_NODE_SCORE // capacity
 
 
+def _least_requested_signed(requested: int, capacity: int) -> int:
+    """``score_nodes``' LeastAllocated for a non-zero ``capacity`` (as numpy computes it)."""
+    return 0 if requested > capacity else (capacity - requested) * MAX_NODE_SCORE // capacity
+
+
+def _most_requested_signed(requested: int, capacity: int) -> int:
+    """``score_nodes``' MostAllocated for a non-zero ``capacity`` (as numpy computes it)."""
+    return min(requested, capacity) * MAX_NODE_SCORE // capacity
+
+
 class NodeResourcesFit:
     """PreFilter, Filter, PreScore and Score, with whole-cluster Filter and Score."""
 
@@ -209,6 +227,9 @@ class NodeResourcesFit:
     def __init__(self, args: NodeResourcesFitArgs | None = None) -> None:
         self.args = args if args is not None else NodeResourcesFitArgs()
         self._least = self.args.strategy == LEAST_ALLOCATED
+        # The whole-cluster mask per request and score per score request, kept per slot.
+        self._columns = SlotColumns()
+        self._fits: dict[tuple[tuple[str, int], ...], _PodFit] = {}
 
     def events_to_register(self) -> Sequence[ClusterEvent]:
         # kube: Pod Delete (| UpdatePodScaleDown), Node Add | UpdateNodeAllocatable (| ...).
@@ -217,6 +238,16 @@ class NodeResourcesFit:
     # -- PreFilter / Filter --------------------------------------------------------------------
 
     def compute_pod_fit(self, pod: Pod) -> _PodFit:
+        # Pods of one workload share their requests: the checks are kept per request list.
+        key = tuple(pod.requests.items())
+        fit = self._fits.get(key)
+        if fit is None:
+            if len(self._fits) >= _FITS_KEPT:
+                self._fits.clear()
+            fit = self._fits[key] = self._pod_fit_of(pod)
+        return fit
+
+    def _pod_fit_of(self, pod: Pod) -> _PodFit:
         reqs = pod.requests
         checks = [(r, reqs[r]) for r in _NATIVE_FIRST if reqs.get(r, 0) > 0]
         for r in sorted(reqs):
@@ -267,13 +298,19 @@ class NodeResourcesFit:
         return unschedulable(*reasons) if reasons else None
 
     def filter_nodes(self, state: CycleState, pod: Pod, snapshot: Snapshot) -> BoolArray:
-        fit = self._pod_fit(state)
-        size = snapshot.size
-        mask: BoolArray = snapshot.pod_count[:size] < snapshot.allocatable(PODS)
-        for r, amount in fit.checks:
-            free = snapshot.allocatable(r) - snapshot.requested(r)
-            mask &= free >= min(amount, _INT64_MAX)
-        return mask
+        checks = self._pod_fit(state).checks
+
+        def fits(at: IntArray | slice) -> BoolArray:
+            if not isinstance(at, slice) and len(at) <= _FEW_SLOTS:
+                return self._few_fits(snapshot, checks, at.tolist())
+            mask: BoolArray = snapshot.pod_count[at] < snapshot.allocatable(PODS)[at]
+            for r, amount in checks:
+                free = snapshot.allocatable(r)[at] - snapshot.requested(r)[at]
+                mask &= free >= min(amount, _INT64_MAX)
+            return mask
+
+        column: BoolArray = self._columns.get(snapshot, (_FIT, checks), fits)
+        return column.copy()
 
     def filter_reasons(
         self, state: CycleState, pod: Pod, snapshot: Snapshot, slots: IntArray
@@ -304,6 +341,56 @@ class NodeResourcesFit:
                 statuses.append(unschedulable(*reasons))
         codes: IntArray = remap[inverse.reshape(-1)]
         return codes, statuses
+
+    @staticmethod
+    def _few_fits(
+        snapshot: Snapshot, checks: tuple[tuple[str, int], ...], slots: list[int]
+    ) -> BoolArray:
+        """``filter_nodes``' mask at a few slots in Python ints (the same tests)."""
+        pods, allowed = snapshot.pod_count, snapshot.allocatable(PODS)
+        columns = [
+            (snapshot.allocatable(r), snapshot.requested(r), min(amount, _INT64_MAX))
+            for r, amount in checks
+        ]
+        return np.array(
+            [
+                int(pods[slot]) < int(allowed[slot])
+                and all(int(a[slot]) - int(q[slot]) >= amount for a, q, amount in columns)
+                for slot in slots
+            ],
+            bool,
+        )
+
+    def _few_scores(
+        self, snapshot: Snapshot, pod_requests: tuple[int, ...], slots: list[int]
+    ) -> IntArray:
+        """``_scores`` in Python ints, slot by slot: the same formula for a few slots, without
+        numpy's per-call cost (a refresh after one placement touches one or two slots)."""
+        terms: list[tuple[int, int, IntArray, IntArray]] = []
+        for (r, weight), pod_request in zip(self.args.resources, pod_requests, strict=True):
+            if pod_request == 0 and is_scalar_resource_name(r):
+                continue
+            if r == CPU:
+                used = snapshot.non_zero_cpu
+            elif r == MEMORY:
+                used = snapshot.non_zero_memory
+            elif r == EPHEMERAL_STORAGE or is_scalar_resource_name(r):
+                used = snapshot.requested(r)
+            else:
+                continue
+            terms.append((weight, pod_request, used, snapshot.allocatable(r)))
+        scorer = _least_requested_signed if self._least else _most_requested_signed
+        out: list[int] = []
+        for slot in slots:
+            node_score = weight_sum = 0
+            for weight, pod_request, used, allocatable in terms:
+                capacity = int(allocatable[slot])
+                if capacity == 0:
+                    continue
+                node_score += scorer(int(used[slot]) + pod_request, capacity) * weight
+                weight_sum += weight
+            out.append(node_score // max(weight_sum, 1))
+        return np.array(out, np.int64)
 
     # -- PreScore / Score ----------------------------------------------------------------------
 
@@ -349,9 +436,22 @@ class NodeResourcesFit:
         self, state: CycleState, pod: Pod, snapshot: Snapshot, slots: IntArray
     ) -> IntArray:
         pod_requests = self._pod_score_requests(state, pod)
+        column: IntArray = self._columns.get(
+            snapshot, (_SCORE, pod_requests), lambda at: self._scores(snapshot, pod_requests, at)
+        )
+        result: IntArray = column[slots]
+        return result
+
+    def _scores(
+        self, snapshot: Snapshot, pod_requests: tuple[int, ...], slots: IntArray | slice
+    ) -> IntArray:
+        """``score`` of every slot in ``slots`` (an index array or a slice of the slots)."""
+        if not isinstance(slots, slice) and len(slots) <= _FEW_SLOTS:
+            return self._few_scores(snapshot, pod_requests, slots.tolist())
         size = snapshot.size
-        node_score = np.zeros(len(slots), dtype=np.int64)
-        weight_sum = np.zeros(len(slots), dtype=np.int64)
+        count = len(range(size)[slots]) if isinstance(slots, slice) else len(slots)
+        node_score = np.zeros(count, dtype=np.int64)
+        weight_sum = np.zeros(count, dtype=np.int64)
         for (r, weight), pod_request in zip(self.args.resources, pod_requests, strict=True):
             if pod_request == 0 and is_scalar_resource_name(r):
                 continue

@@ -13,12 +13,14 @@ allocate), ``scoring`` and the scheduler's one ``NodeDeviceLedger`` (all in
   holds nothing yet) is added as the allocation the allocator would give it on that node, so
   its shares stay taken. The ledger is untouched.
 - Filter / ``filter_nodes``: the allocator on one node / its whole-cluster feasibility (numpy
-  over the ledger; for hinted or joint requests only the nodes that pass that numpy pass are
-  then tried one by one, and overlay nodes always are).
+  over the ledger, kept per request shape and recomputed only for the rows that changed:
+  ``rowcache.RequestRows``; for hinted or joint requests only the nodes that pass that numpy
+  pass are then tried one by one, and overlay nodes always are).
 - Filter on nodes that honor GPU partition tables (``gpu-partition-policy: Honor``): the
   numpy pass counts cards only, so for whole-GPU requests those nodes are always tried one by
   one (and ``filter_reasons`` leaves them to ``filter``).
-- Score / ``score_nodes``: the node score of ``scoring.Scorer``; for several whole GPUs on a
+- Score / ``score_nodes``: the node score of ``scoring.Scorer`` (kept like Filter's
+  feasibility, per request shape and changed row); for several whole GPUs on a
   node that publishes its interconnect (``gpu-topology``), blended half and half with the
   connectivity score of the cards ``allocate`` would give (``interconnect.set_score``), so a
   node whose free cards are well connected wins. Only those nodes pay for the per-node
@@ -72,6 +74,7 @@ from scheduler.devices.request import (
     RequestError,
     parse_request,
 )
+from scheduler.devices.rowcache import RequestRows
 from scheduler.devices.scoring import Scorer
 from scheduler.devices.topology import NodeView
 from scheduler.framework.cycle_state import CycleState
@@ -206,6 +209,7 @@ class DeviceShare:
         # One unit per scheduler: the ledger accounts gpushare-placed pods with it too.
         ledger.gpushare_unit = self.args.gpushare_unit
         self.scorer = Scorer(self.args)
+        self._request_rows = RequestRows(ledger, self.scorer)
         self._extensions = _Extensions(self)
         self._rows_key: tuple[int, int, int, int] | None = None
         self._rows: IntArray = np.zeros(0, np.int64)
@@ -315,7 +319,7 @@ class DeviceShare:
             return np.ones(size, bool)
         # Exact for plain requests; for hinted or joint ones a necessary condition (a selector
         # or a scope only removes choices), refined node by node below.
-        mask: BoolArray = feasible_rows(self.ledger, request)[self._slot_rows(snapshot)]
+        mask: BoolArray = self._request_rows.feasible(request)[self._slot_rows(snapshot)]
         if request.vectorizable and request.whole_gpus and self.ledger.honor_rows:
             # Nodes that honor partition tables: the card count alone does not decide.
             honor = np.isin(self._slot_rows(snapshot), list(self.ledger.honor_rows))
@@ -457,7 +461,7 @@ class DeviceShare:
         if request is None:
             return np.zeros(len(slots), np.int64)
         rows = self._slot_rows(snapshot)[slots]
-        scores: IntArray = self.scorer.score_rows(self.ledger, request)[rows]
+        scores: IntArray = self._request_rows.scores(request)[rows]
         overlaid = entry.overlaid()
         connected = (
             np.isin(rows, list(self.ledger.topology_rows))

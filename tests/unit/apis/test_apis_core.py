@@ -107,3 +107,26 @@ def test_node_capacity_falls_back_to_allocatable(
     from apis.core import decode_node
 
     assert decode_node({"metadata": {"name": "n"}, "status": status}).capacity == capacity
+
+
+def test_on_node_equals_dataclasses_replace() -> None:
+    """``Pod.on_node`` (the scheduling cycle's assumed pod) is ``dataclasses.replace``, raw
+    record and every other field included."""
+    import dataclasses
+
+    from tests.builders import make_pod
+
+    pods = [
+        make_pod("a").req(cpu="1", memory="4Gi").build(),
+        make_pod("b").req({"nvidia.com/gpu": "2"}).label("x", "y").annotation("k", "v").build(),
+        make_pod("c").node("old").priority(7).toleration("k", "v", "NoSchedule", "Equal").build(),
+    ]
+    for pod in pods:
+        got, want = pod.on_node("n1"), dataclasses.replace(pod, node_name="n1")
+        assert got == want and got.raw is want.raw and got.node_name == "n1"
+        assert all(
+            getattr(got, f.name) is getattr(want, f.name)
+            for f in dataclasses.fields(want)
+            if f.name != "node_name"
+        )
+        assert pod.node_name != "n1"  # the original is untouched

@@ -180,7 +180,7 @@ scorers = st.builds(
 )
 
 
-def covered(request: DeviceRequest, honor_or_table: bool) -> bool:
+def covered(request: DeviceRequest, honor_or_table: bool, scope_tree_only: bool) -> bool:
     """The requests the fast path must answer (independent of ``plain_gpu_request``)."""
     if request.device_types != (DEVICE_GPU,) or request.joint_types or request.gpushare_units:
         return False
@@ -191,7 +191,8 @@ def covered(request: DeviceRequest, honor_or_table: bool) -> bool:
     treq = request.types[0]
     if treq.shared:
         return True
-    return treq.count == 1 and request.partition is None and not honor_or_table
+    whole_ok = treq.count == 1 or scope_tree_only  # several: where the scope tree chooses
+    return whole_ok and request.partition is None and not honor_or_table
 
 
 @settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -209,7 +210,8 @@ def test_fast_path_equals_allocate(node: tuple[NodeDeviceLedger, str], gpu_req: 
     assert request is not None
     fast, ref = both(ledger, name, request, scorer)
     meta = ledger.node_meta(name)
-    if covered(request, meta.honor_partitions or meta.partitions is not None):
+    scope_tree_only = meta.gpu_scope_tree and not meta.gpu_topology
+    if covered(request, meta.honor_partitions or meta.partitions is not None, scope_tree_only):
         assert fast is not None
     event("fell back" if fast is None else "cards" if isinstance(fast, list)
           else f"status {fast.code.label}")
