@@ -150,8 +150,13 @@ class Framework(FilterPhase):
                 if status is not None and not status.is_success:
                     self._observe("score", status, start)
                     return status
-            # One pass: a negative int64 read as uint64 is above the maximum too.
-            if len(scores) and bool((scores.view(np.uint64) > api.MAX_NODE_SCORE).any()):
+            # One pass: a negative int64 read as uint64 is above the maximum too (any other
+            # dtype a plugin may return takes the two-pass check).
+            if len(scores) and (
+                bool((scores.view(np.uint64) > api.MAX_NODE_SCORE).any())
+                if scores.dtype == np.int64
+                else bool(scores.min() < 0 or scores.max() > api.MAX_NODE_SCORE)
+            ):
                 bad = int(scores.max() if scores.max() > api.MAX_NODE_SCORE else scores.min())
                 status = Status(
                     Code.ERROR,

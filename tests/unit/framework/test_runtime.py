@@ -93,6 +93,13 @@ class Crashy:
         return 1000
 
 
+class Negative:
+    name = "Negative"
+
+    def score(self, state: CycleState, pod: Pod, node: NodeInfo) -> int:
+        return -1
+
+
 class Normalizing:
     """Scores 2 x slot, normalized so the best is 100."""
 
@@ -135,6 +142,7 @@ def _registry(log: list[str] | None = None) -> dict[str, Any]:
         "RejectNodes": lambda a, h: RejectNodes(a),
         "BatchOdd": lambda a, h: BatchOdd(),
         "Crashy": lambda a, h: Crashy(),
+        "Negative": lambda a, h: Negative(),
         "Normalizing": lambda a, h: Normalizing(),
         "RecorderA": lambda a, h: Recorder(log, tag="A"),
         "RecorderB": lambda a, h: Recorder(log, fail=True, tag="B"),
@@ -288,6 +296,15 @@ def test_score_out_of_range_is_an_error() -> None:
     status = fwk.run_score(CycleState(), POD, snap, np.array([0, 1], dtype=np.int64))
     assert isinstance(status, Status) and status.code == Code.ERROR
     assert "invalid score 1000" in status.message and status.plugin == "Crashy"
+
+
+def test_a_negative_score_is_an_error() -> None:
+    """The range check reads int64 scores as uint64 in one pass: a negative one is caught."""
+    snap = _snapshot(2)
+    fwk = _framework(snap, score=_set("Negative"))
+    status = fwk.run_score(CycleState(), POD, snap, np.array([0, 1], dtype=np.int64))
+    assert isinstance(status, Status) and status.code == Code.ERROR
+    assert "invalid score -1" in status.message and status.plugin == "Negative"
 
 
 def test_reserve_failure_and_unreserve_in_reverse_order() -> None:
