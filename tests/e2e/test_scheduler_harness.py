@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -51,6 +52,25 @@ def wait_for(what: str, predicate: Callable[[], Any], timeout: float, interval: 
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+def wait_https_ready(
+    what: str, port: int, cafile: Path, timeout: float, alive: Callable[[], None] = lambda: None
+) -> None:
+    """Poll ``https://127.0.0.1:port/readyz`` (server certificate checked against ``cafile``)
+    until it answers 200; ``alive`` may fail the wait early (a server that exited)."""
+    ctx = ssl.create_default_context(cafile=str(cafile))
+
+    def ready() -> bool:
+        alive()
+        try:
+            url = f"https://127.0.0.1:{port}/readyz"
+            with urllib.request.urlopen(url, context=ctx, timeout=2) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    wait_for(what, ready, timeout=timeout)
 
 
 def free_port() -> int:

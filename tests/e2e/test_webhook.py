@@ -20,10 +20,8 @@ from __future__ import annotations
 import copy
 import json
 import signal
-import ssl
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +42,7 @@ from test_scheduler_harness import (
     gpu_pod,
     scheduler_config,
     wait_for,
+    wait_https_ready,
 )
 
 if TYPE_CHECKING:
@@ -80,18 +79,12 @@ class WebhookProcess:
             self.proc = subprocess.Popen(
                 self.args, cwd=REPO_ROOT, stdout=sink, stderr=subprocess.STDOUT
             )
-        ctx = ssl.create_default_context(cafile=str(self.certs / "ca.crt"))
-
-        def ready() -> bool:
+        def alive() -> None:
             assert self.proc is not None and self.proc.poll() is None, self.log.read_text()
-            try:
-                url = f"https://127.0.0.1:{self.port}/readyz"
-                with urllib.request.urlopen(url, context=ctx, timeout=2) as r:
-                    return bool(r.status == 200)
-            except OSError:
-                return False
 
-        wait_for("the webhook's /readyz", ready, timeout=30)
+        wait_https_ready(
+            "the webhook's /readyz", self.port, self.certs / "ca.crt", timeout=30, alive=alive
+        )
         return self
 
     def stop(self) -> int | None:

@@ -19,12 +19,10 @@ from __future__ import annotations
 import copy
 import random
 import signal
-import ssl
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -38,6 +36,7 @@ from tests.e2e.test_scheduler_harness import (
     KubeError,
     free_port,
     wait_for,
+    wait_https_ready,
 )
 
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
@@ -88,17 +87,7 @@ class ChaosWebhook:
                 self.proc = subprocess.Popen(
                     self.args, cwd=REPO_ROOT, stdout=sink, stderr=subprocess.STDOUT
                 )
-        ctx = ssl.create_default_context(cafile=str(self.certs / "ca.crt"))
-
-        def ready() -> bool:
-            try:
-                url = f"https://127.0.0.1:{self.port}/readyz"
-                with urllib.request.urlopen(url, context=ctx, timeout=2) as r:
-                    return bool(r.status == 200)
-            except OSError:
-                return False
-
-        wait_for("the webhook's /readyz", ready, timeout=60)
+        wait_https_ready("the webhook's /readyz", self.port, self.certs / "ca.crt", timeout=60)
         return self
 
     def signal(self, sig: signal.Signals) -> None:

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +16,6 @@ ALLOCATED = (
     '{"gpu":[{"minor":1,"resources":{"koordinator.sh/gpu-core":"100",'
     '"koordinator.sh/gpu-memory":"16Gi","koordinator.sh/gpu-memory-ratio":"100"},"id":"GPU-1"}]}'
 )
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="kl-", dir="/tmp"))  # unix socket paths are short
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 class Observed:

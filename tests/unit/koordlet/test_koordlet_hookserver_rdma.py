@@ -5,14 +5,10 @@ of RDMA NICs and VFs, and a temporary CDI directory read back as a CDI runtime w
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
-import pytest
 
 from apis.allocation import (
     ANNOTATION_DEVICE_ALLOCATED,
@@ -27,15 +23,6 @@ from runtimehooks.api import api_pb2, api_pb2_grpc
 from tests.fake_sysfs import RDMA_CM, UVERBS_MAJOR, FakeSysfs
 
 KEY = "cdi.k8s.io/koordinator.sh_rdma"
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="kl-", dir="/tmp"))  # unix socket paths are short
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def _allocation(pf: str, *vfs: str) -> str:

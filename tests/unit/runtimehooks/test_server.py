@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import stat
-import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -46,14 +44,6 @@ CONTAINER_RPCS = [
     "PreUpdateContainerResourcesHook",
 ]
 SANDBOX_RPCS = ["PreRunPodSandboxHook", "PostStopPodSandboxHook"]
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A temp dir with a short path (a unix socket path must fit in 107 bytes)."""
-    path = Path(tempfile.mkdtemp(prefix="kh-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def serve(registry: HookRegistry, sock: Path) -> HookServer:
