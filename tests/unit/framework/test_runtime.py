@@ -290,21 +290,20 @@ def test_scores_are_normalized_then_weighted() -> None:
     assert list(totals) == [1 + 3 * 33, 2 + 3 * 66, 3 + 3 * 100]
 
 
-def test_score_out_of_range_is_an_error() -> None:
+@pytest.mark.parametrize(
+    ("plugin", "score"),
+    [
+        pytest.param("Crashy", 1000, id="above"),
+        # The range check reads int64 scores as uint64 in one pass: a negative one is caught.
+        pytest.param("Negative", -1, id="negative"),
+    ],
+)
+def test_score_out_of_range_is_an_error(plugin: str, score: int) -> None:
     snap = _snapshot(2)
-    fwk = _framework(snap, score=_set("Crashy"))
+    fwk = _framework(snap, score=_set(plugin))
     status = fwk.run_score(CycleState(), POD, snap, np.array([0, 1], dtype=np.int64))
     assert isinstance(status, Status) and status.code == Code.ERROR
-    assert "invalid score 1000" in status.message and status.plugin == "Crashy"
-
-
-def test_a_negative_score_is_an_error() -> None:
-    """The range check reads int64 scores as uint64 in one pass: a negative one is caught."""
-    snap = _snapshot(2)
-    fwk = _framework(snap, score=_set("Negative"))
-    status = fwk.run_score(CycleState(), POD, snap, np.array([0, 1], dtype=np.int64))
-    assert isinstance(status, Status) and status.code == Code.ERROR
-    assert "invalid score -1" in status.message and status.plugin == "Negative"
+    assert f"invalid score {score}" in status.message and status.plugin == plugin
 
 
 def test_reserve_failure_and_unreserve_in_reverse_order() -> None:
