@@ -420,6 +420,6 @@ class SchedulerProcess:
 
     def log_tail(self, lines: int = 30) -> str:
         try:
-            return "\n".join(self.log_path.read_text().splitlines()[-lines:])
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "<no log>"

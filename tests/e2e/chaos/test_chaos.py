@@ -102,14 +102,6 @@ def retrying(what: str, fn: Callable[[], Any], timeout: float = 180.0) -> Any:
         time.sleep(0.5)
 
 
-
-def _tail(path: Path, lines: int) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError as exc:
-        return f"(no log: {exc})"
-
-
 class Workload:
     """Creates pods at a steady rate in a thread; ``recreate`` deletes and re-creates pods
     under the same names right after creating them (their binds in flight)."""
@@ -292,7 +284,7 @@ class Chaos:
             with r.lock:
                 if r.proc is proc:
                     r.signal(signal.SIGKILL)
-            self.overrun_logs[ident] = _tail(proc.log_path, 120)
+            self.overrun_logs[ident] = proc.log_tail(120)
 
     def restart_apiserver(self) -> str:
         t0 = time.monotonic()
