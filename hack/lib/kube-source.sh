@@ -172,12 +172,21 @@ kube_remove_stale() {
   done
 }
 
-# kube_make SRC WHAT VERSION: build cmd WHAT offline from the vendored tree; prints the binary.
+# Debian bookworm's Go (golang-go -> golang-1.19-go): the toolchain v1.20.2 is built and tested
+# with. A newer Go first on PATH (the machine's Go 1.26, for the current control plane) is not
+# used: v1.20's vendored tree predates it.
+DEBIAN_GO_BIN="${DEBIAN_GO_BIN:-/usr/lib/go-1.19/bin}"
+
+# kube_make SRC WHAT VERSION: build cmd WHAT offline from the vendored tree with Debian's Go;
+# prints the binary.
 kube_make() {
   local src="$1" what="$2" version="$3" bin
-  log "building $what ($(go version 2>/dev/null || echo 'go ?')); this takes minutes"
+  is_exe "$DEBIAN_GO_BIN/go" || apt_install golang-1.19-go
+  is_exe "$DEBIAN_GO_BIN/go" || die "no Debian Go at $DEBIAN_GO_BIN (package golang-1.19-go)"
+  log "building $what ($("$DEBIAN_GO_BIN/go" version 2>/dev/null || echo 'go ?')); this takes minutes"
   (
     cd "$src"
+    export PATH="$DEBIAN_GO_BIN:$PATH"
     export CGO_ENABLED=0 GOPROXY=off GOFLAGS=-mod=vendor GO111MODULE=on \
       GOCACHE="$BUILD_DIR/gocache" GOMODCACHE="$BUILD_DIR/gomodcache" GOTOOLCHAIN=local \
       KUBE_GIT_VERSION="$version" KUBE_GIT_MAJOR=1 KUBE_GIT_MINOR=20 \
