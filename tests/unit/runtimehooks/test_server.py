@@ -110,7 +110,8 @@ def envs(resp: api_pb2.ContainerResourceHookResponse) -> dict[str, str]:
 def test_container_rpcs_echo(stub: api_pb2_grpc.RuntimeHookServiceStub, rpc: str) -> None:
     req = request()
     resp = getattr(stub, rpc)(req, timeout=TIMEOUT)
-    assert dict(resp.container_envs) == dict(req.container_envs)
+    added = {"NVIDIA_VISIBLE_DEVICES": "void"} if rpc == "PreCreateContainerHook" else {}
+    assert dict(resp.container_envs) == {**req.container_envs, **added}  # no GPU given
     assert dict(resp.container_annotations) == dict(req.container_annotations)
     assert resp.container_resources == req.container_resources
     assert resp.pod_cgroup_parent == req.pod_cgroup_parent
@@ -147,7 +148,7 @@ GPU_CASES = [
                  {"NVIDIA_VISIBLE_DEVICES": "0", "CUDA_DEVICE_MEMORY_LIMIT": str(8 * GI),
                   "CUDA_DEVICE_SM_LIMIT": "30", "LD_PRELOAD": "/usr/local/vgpu/libvgpu.so"},
                  id="hami-core"),
-    pytest.param({}, {}, {}, id="no-allocation"),
+    pytest.param({}, {}, {"NVIDIA_VISIBLE_DEVICES": "void"}, id="no-allocation"),
 ]  # fmt: skip
 
 
