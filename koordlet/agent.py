@@ -17,7 +17,8 @@ Invariants:
   (``kubelet_devices``, kept in ``HotDevices``) and from an inotify watch of the checkpoint
   (``CheckpointWatcher``); the checkpoint's device-plugin ids are normalised to card UUIDs
   (``koordlet.kubelet.deviceids``) before they are published.
-- Every sync pass's pod list refreshes the runtime hook's ``PodCache``.
+- Every sync pass's pod list refreshes the runtime hook's ``PodCache``; ``kubelet_grants``
+  answers the hook which GPUs the kubelet gave a container (the checkpoint, read per call).
 - ``deny`` (a container started without GPUs) counts the denial and queues a Warning event
   on the pod; it never blocks.
 - Node-side GPU admission (``koordlet.admission``): every pod list feeds ``admission``; a pod
@@ -45,6 +46,7 @@ from koordlet.events import EventAPI, EventRecorder
 from koordlet.kubelet.checkpoint import DEFAULT_KUBELET_ROOT, CheckpointReader
 from koordlet.kubelet.deviceids import normalize_entries
 from koordlet.kubelet.devices import HotDevices
+from koordlet.kubelet.grants import KubeletGrants
 from koordlet.kubelet.watch import CheckpointWatcher
 from koordlet.metrics import GPUCollector, KoordletMetrics, MetricsServer
 from koordlet.pods.cache import PodCache, PodGetter
@@ -169,6 +171,9 @@ class Agent:
         self.metrics = KoordletMetrics(registry)
         self.inventory = NodeInventory(library, sysfs_root)
         self.checkpoint = CheckpointReader(kubelet_root, on_error=self.metrics.checkpoint_error)
+        self.kubelet_grants = KubeletGrants(
+            self.checkpoint, gpu_resources, lambda: self.inventory.gpus
+        )
         self.pods = PodCache(pod_getter)
         self.events = EventRecorder(event_api, node_name) if event_api is not None else None
         self.pod_failer = PodFailer(status_api) if status_api is not None else None

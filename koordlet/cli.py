@@ -230,6 +230,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         admission=agent.admission,
         sysfs_root=args.sysfs_root,
         cdi_dir=args.cdi_dir,
+        kubelet_gpus=agent.kubelet_grants.container_gpus,
+        failure_policy=args.hook_failure_policy,
     )
     if hooks is not None:
         agent.add_service(hooks)
@@ -487,6 +489,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--sync-interval", default="10s", help="sync period (default 10s)")
     run.add_argument("--hook-dir", default=DEFAULT_HOOK_DIR, help="runtime proxy's hook dir")
     run.add_argument("--socket", default=DEFAULT_SOCKET, help="runtime-hook unix socket")
+    run.add_argument(
+        "--hook-failure-policy",
+        choices=("Fail", "Ignore"),
+        default="Fail",
+        help="the failure policy koord-runtime-proxy applies when the agent cannot answer "
+        "(default Fail: while the agent is down, containers not labelled "
+        "runtimeproxy.koordinator.sh/skip-hookserver=true are refused, and the registration "
+        "stays when the agent stops; Ignore starts them unchanged, so a CUDA image's "
+        "NVIDIA_VISIBLE_DEVICES=all sees every GPU)",
+    )
     run.add_argument("--visible-devices-by", choices=("minor", "uuid"), default="minor")
     run.add_argument(
         "--cdi-dir",
