@@ -217,6 +217,7 @@ class HookService:
         cdi_dir: str | os.PathLike[str] = "",
         kubelet_gpus: KubeletGPUs | None = None,
         failure_policy: str = FAIL,
+        gpu_delivery: str = "env",
     ) -> None:
         from runtimehooks.cdi import CDISpecs
         from runtimehooks.hooks import new_default_registry
@@ -237,7 +238,10 @@ class HookService:
             CDISpecs(cdi_dir) if sysfs_root is not None and os.fspath(cdi_dir) else None
         )
         self.registry = new_default_registry(
-            GPUHookOptions(visible_devices_by=visible_devices_by),  # type: ignore[arg-type]
+            GPUHookOptions(
+                visible_devices_by=visible_devices_by,  # type: ignore[arg-type]
+                delivery=gpu_delivery,  # type: ignore[arg-type]
+            ),
             observer=_Observer(observe),
             fairshare=(
                 _fairshare_hook(fairshare, ports.get("denials")) if fairshare is not None else None
@@ -319,6 +323,7 @@ def hook_service(
     cdi_dir: str | os.PathLike[str] = "",
     kubelet_gpus: KubeletGPUs | None = None,
     failure_policy: str = FAIL,
+    gpu_delivery: str = "env",
 ) -> HookService | None:
     """The hook service, or None when disabled (empty socket) or unavailable (logged)."""
     if not socket_path:
@@ -339,6 +344,7 @@ def hook_service(
             cdi_dir=cdi_dir,
             kubelet_gpus=kubelet_gpus,
             failure_policy=failure_policy,
+            gpu_delivery=gpu_delivery,
         )
     except ImportError as exc:
         log.warning("runtime hook server unavailable: running without it", error=str(exc))

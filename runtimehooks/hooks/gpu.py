@@ -14,6 +14,8 @@ Invariants:
   minors by default, their ``id`` (NVML UUID) with ``visible_devices_by="uuid"`` (the NVML
   index need not equal the minor on every host); an allocation without an id is then an
   input error.  Any value the pod spec set is replaced.
+- With ``GPUDelivery.CDI`` the cards go in the container annotation ``ANNOTATION_CDI_GPU``
+  (``nvidia.com/gpu=<UUID>,...``) and ``NVIDIA_VISIBLE_DEVICES`` is ``void``.
 - HAMi-core (pod label ``koordinator.sh/gpu-isolation-provider: HAMi-core``), as Koordinator
   does it: the first allocation's per-card ``gpu-memory-ratio`` decides; below 100 the card
   is shared and the container also gets ``CUDA_DEVICE_MEMORY_LIMIT`` (the per-card
@@ -93,6 +95,8 @@ from runtimehooks.ports import (
 
 __all__ = [
     "ALL_GPUS",
+    "ANNOTATION_CDI_GPU",
+    "CDI_GPU_KIND",
     "CUDA_NO_DEVICE",
     "DEFAULT_HAMI_CORE_LIBRARY",
     "ENV_CUDA_VISIBLE_DEVICES",
@@ -104,6 +108,7 @@ __all__ = [
     "NO_GPU",
     "OTHER_DEVICE_ENV",
     "REFUSED_CDI_DEVICE",
+    "GPUDelivery",
     "GPUHook",
     "GPUHookOptions",
     "VisibleDevicesBy",
@@ -139,6 +144,9 @@ VOLUME_MOUNTS_MARKER: Final = "/var/run/nvidia-container-devices"
 are the mounts below it, the value itself selects none."""
 CDI_ANNOTATION_PREFIX: Final = "cdi.k8s.io/"
 NVIDIA_CDI_VENDOR: Final = "nvidia.com/"
+CDI_GPU_KIND: Final = "nvidia.com/gpu"
+ANNOTATION_CDI_GPU: Final = f"{CDI_ANNOTATION_PREFIX}koordinator.sh_gpu"
+"""The container annotation of ``GPUDelivery.CDI`` (CDI's ``AnnotationKey`` form)."""
 REFUSED_CDI_DEVICE: Final = "nvidia.com/gpu=refused"
 """A CDI name no NVIDIA spec defines: a CDI runtime refuses a container that names it."""
 _MAX_SHOWN: Final = 120
@@ -153,17 +161,31 @@ class VisibleDevicesBy(StrEnum):
     UUID = "uuid"
 
 
+class GPUDelivery(StrEnum):
+    """How a container's cards reach the runtime: ``NVIDIA_VISIBLE_DEVICES`` (needs the
+    toolkit's ``accept-nvidia-visible-devices-envvar-when-unprivileged``), or a CDI container
+    annotation naming the NVIDIA CDI spec's devices by UUID (``nvidia-ctk cdi generate``; the
+    variable is then ``void``), which works with that setting off."""
+
+    ENV = "env"
+    CDI = "cdi"
+
+
 @dataclass(frozen=True, slots=True)
 class GPUHookOptions:
     """Node-level settings of the GPU hook."""
 
     visible_devices_by: VisibleDevicesBy = VisibleDevicesBy.MINOR
     hami_core_library: str = DEFAULT_HAMI_CORE_LIBRARY
+    delivery: GPUDelivery = GPUDelivery.ENV
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "visible_devices_by", VisibleDevicesBy(self.visible_devices_by))
+        object.__setattr__(self, "delivery", GPUDelivery(self.delivery))
         if not self.hami_core_library:
             raise ValueError("hami_core_library must not be empty")
+        if self.delivery is GPUDelivery.CDI and self.visible_devices_by is not VisibleDevicesBy.UUID:
+            raise ValueError("CDI delivery names cards by UUID: visible_devices_by must be uuid")
 
 
 def _device_name(index: int, alloc: DeviceAllocation, by: VisibleDevicesBy) -> str:
@@ -427,6 +449,11 @@ class GPUHook:
             if self._admission is not None and _hands_out_cards(delta):
                 allocation = ctx.pod_annotations[ANNOTATION_DEVICE_ALLOCATED]
                 self._admission.admit(ctx.pod_meta, allocation)
+            if self.options.delivery is GPUDelivery.CDI and _hands_out_cards(delta):
+                names = delta[ENV_NVIDIA_VISIBLE_DEVICES].split(",")
+                cdi = ",".join(f"{CDI_GPU_KIND}={n}" for n in names)
+                delta = {**delta, ENV_NVIDIA_VISIBLE_DEVICES: NO_GPU}
+                return ctx.with_envs(delta).with_container_annotations({ANNOTATION_CDI_GPU: cdi})
             return ctx.with_envs(delta)
         except AdmissionRefused as err:
             return self._deny(ctx, err.reason, str(err))
@@ -490,6 +517,10 @@ class GPUHook:
         self, ctx: ContainerContext, out: ContainerContext, granted: frozenset[str]
     ) -> ContainerContext:
         env, annotations, asked = _foreign_requests(ctx, granted)
+        annotations = {  # a key the serving step wrote (our CDI delivery) is ours, not theirs
+            k: v for k, v in annotations.items()
+            if out.container_annotations.get(k) == ctx.container_annotations.get(k)
+        }
         if asked:
             self._report(ctx, REASON_GPU_NOT_ALLOCATED,
                          f"asked for devices no allocator of the node gave it: {'; '.join(asked)}")

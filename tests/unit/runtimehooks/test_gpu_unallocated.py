@@ -17,10 +17,12 @@ import pytest
 from apis.allocation import ANNOTATION_DEVICE_ALLOCATED, DeviceAllocation, encode_allocations
 from runtimehooks.context import ContainerContext, ContainerMeta, HookInputError, PodMeta
 from runtimehooks.hooks.gpu import (
+    ANNOTATION_CDI_GPU,
     CUDA_NO_DEVICE,
     NO_GPU,
     REFUSED_CDI_DEVICE,
     GPUHook,
+    GPUHookOptions,
     selected_devices,
 )
 from runtimehooks.ports import REASON_GPU_NOT_ALLOCATED, Denial
@@ -255,3 +257,33 @@ def test_selected_devices_reads_values_as_the_toolkit(
     value: str | None, want: tuple[str, ...] | None
 ) -> None:
     assert selected_devices(value) == want
+
+
+# -- CDI delivery (the toolkit's safe configuration: variables select nothing) ---------------
+
+def _cdi_hook() -> GPUHook:
+    return GPUHook(GPUHookOptions(visible_devices_by="uuid", delivery="cdi"))  # type: ignore[arg-type]
+
+
+def test_cdi_delivery_names_the_cards_by_uuid_and_voids_the_variable() -> None:
+    annotations = {ANNOTATION_DEVICE_ALLOCATED: encode_allocations({"gpu": [
+        DeviceAllocation.from_ints(0, {"koordinator.sh/gpu-core": 100}, id="GPU-aaaa"),
+        DeviceAllocation.from_ints(1, {"koordinator.sh/gpu-core": 100}, id="GPU-bbbb"),
+    ]})}  # fmt: skip
+    forged = {ANNOTATION_CDI_GPU: "nvidia.com/gpu=all"}
+    out = _cdi_hook()(ctx({"NVIDIA_VISIBLE_DEVICES": "all"}, annotations=annotations,
+                          container_annotations=forged))  # fmt: skip
+    assert out.container_envs["NVIDIA_VISIBLE_DEVICES"] == NO_GPU
+    assert out.container_annotations[ANNOTATION_CDI_GPU] == (
+        "nvidia.com/gpu=GPU-aaaa,nvidia.com/gpu=GPU-bbbb"
+    )
+
+
+def test_a_forged_delivery_annotation_of_a_pod_without_allocation_is_refused() -> None:
+    out = _cdi_hook()(ctx({}, container_annotations={ANNOTATION_CDI_GPU: "nvidia.com/gpu=all"}))
+    assert out.container_annotations[ANNOTATION_CDI_GPU] == REFUSED_CDI_DEVICE
+
+
+def test_cdi_delivery_needs_uuids() -> None:
+    with pytest.raises(ValueError, match="UUID"):
+        GPUHookOptions(delivery="cdi")  # type: ignore[arg-type]
