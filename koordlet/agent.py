@@ -219,8 +219,13 @@ class Agent:
         if toolkit is not None:
             registry.register(GPUIsolationCollector(node_name, toolkit.check))
         self.metrics_server = (
-            MetricsServer(registry, metrics_address, healthz=self.healthy, readyz=self.ready,
-                          readyz_notes=self.readiness_notes)  # fmt: skip
+            MetricsServer(
+                registry,
+                metrics_address,
+                healthz=self.healthy,
+                readyz=self.ready,
+                readyz_notes=self.readiness_notes,
+            )
             if metrics_address is not None
             else None
         )

@@ -99,9 +99,9 @@ __all__ = [
     "CDI_GPU_KIND",
     "CUDA_NO_DEVICE",
     "DEFAULT_HAMI_CORE_LIBRARY",
-    "ENV_CUDA_VISIBLE_DEVICES",
     "ENV_CUDA_DEVICE_MEMORY_LIMIT",
     "ENV_CUDA_DEVICE_SM_LIMIT",
+    "ENV_CUDA_VISIBLE_DEVICES",
     "ENV_LD_PRELOAD",
     "ENV_NVIDIA_VISIBLE_DEVICES",
     "HOOK_NAME",
@@ -184,7 +184,8 @@ class GPUHookOptions:
         object.__setattr__(self, "delivery", GPUDelivery(self.delivery))
         if not self.hami_core_library:
             raise ValueError("hami_core_library must not be empty")
-        if self.delivery is GPUDelivery.CDI and self.visible_devices_by is not VisibleDevicesBy.UUID:
+        by_uuid = self.visible_devices_by is VisibleDevicesBy.UUID
+        if self.delivery is GPUDelivery.CDI and not by_uuid:
             raise ValueError("CDI delivery names cards by UUID: visible_devices_by must be uuid")
 
 

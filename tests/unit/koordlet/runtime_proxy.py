@@ -97,7 +97,8 @@ class RuntimeProxy:
     def _call(self, endpoint: str, pod: Pod, container: str, envs: dict[str, str],
               annotations: dict[str, str]) -> api_pb2.ContainerResourceHookResponse:  # fmt: skip
         req = api_pb2.ContainerResourceHookRequest()
-        req.pod_meta.name, req.pod_meta.namespace, req.pod_meta.uid = pod.name, pod.namespace, pod.uid
+        meta = req.pod_meta
+        meta.name, meta.namespace, meta.uid = pod.name, pod.namespace, pod.uid
         req.container_meta.name = container
         req.pod_labels.update(pod.labels)
         req.pod_annotations.update(pod.annotations)

@@ -29,7 +29,8 @@ ALLOCATED = (
     '{"gpu":[{"minor":1,"resources":{"koordinator.sh/gpu-core":"100",'
     '"koordinator.sh/gpu-memory":"16Gi","koordinator.sh/gpu-memory-ratio":"100"},"id":"GPU-1"}]}'
 )
-GPU_POD = Pod("uid-gpu", "train", annotations={"scheduling.koordinator.sh/device-allocated": ALLOCATED})
+GPU_POD = Pod("uid-gpu", "train",
+              annotations={"scheduling.koordinator.sh/device-allocated": ALLOCATED})  # fmt: skip
 CPU_POD = Pod("uid-cpu", "web")
 KOORDLET_POD = Pod("uid-koordlet", "koordlet-abcde", "koordinator-system",
                    labels={SKIP_LABEL: "true"})  # fmt: skip

@@ -57,7 +57,9 @@ CASES = [
 
 
 @pytest.mark.parametrize(("entries", "want"), CASES)
-def test_container_gpus(tmp_path: Path, entries: list[dict[str, Any]], want: tuple[str, ...]) -> None:
+def test_container_gpus(
+    tmp_path: Path, entries: list[dict[str, Any]], want: tuple[str, ...]
+) -> None:
     _write(tmp_path, *entries)
     assert _grants(tmp_path).container_gpus("p", "c") == want
 

@@ -306,7 +306,8 @@ def test_a_failing_denial_sink_still_closes() -> None:
 def test_pods_without_allocation_are_not_looked_up() -> None:
     pods = FakePods()
     ctx = ctx_of("main", {}, envs={"PATH": "/bin"})
-    assert GPUHook(pods=pods)(ctx).container_envs == {"PATH": "/bin", "NVIDIA_VISIBLE_DEVICES": NO_GPU}
+    out = GPUHook(pods=pods)(ctx)
+    assert out.container_envs == {"PATH": "/bin", "NVIDIA_VISIBLE_DEVICES": NO_GPU}
     assert pods.asked == []
 
 

@@ -118,7 +118,8 @@ CASES = [
     pytest.param({"NVIDIA_VISIBLE_DEVICES": UUID_B}, {}, NO_GPU, True, id="a-uuid"),
     pytest.param({"NVIDIA_VISIBLE_DEVICES": MIG}, {}, NO_GPU, True, id="a-mig-id"),
     pytest.param({"NVIDIA_VISIBLE_DEVICES": "0:1"}, {}, NO_GPU, True, id="a-mig-index"),
-    pytest.param({"NVIDIA_VISIBLE_DEVICES": " ,1 ,, "}, {}, NO_GPU, True, id="whitespace-and-commas"),
+    pytest.param({"NVIDIA_VISIBLE_DEVICES": " ,1 ,, "}, {}, NO_GPU, True,
+                 id="whitespace-and-commas"),
     pytest.param({"NVIDIA_VISIBLE_DEVICES": ",".join(str(i) for i in range(200_000))}, {},
                  NO_GPU, True, id="huge-value"),
     pytest.param({"NVIDIA_VISIBLE_DEVICES": "GPU-aaaa,GPU-aaaa, GPU-aaaa"}, KUBELET_GAVE_GPU_A,
@@ -244,7 +245,7 @@ def test_cdi_container_annotations_name_only_granted_gpus(
 
 
 def test_a_pod_annotation_naming_nvidia_cdi_devices_refuses_the_container() -> None:
-    with pytest.raises(HookInputError, match="cdi.k8s.io/gpus"):
+    with pytest.raises(HookInputError, match=r"cdi\.k8s\.io/gpus"):
         GPUHook()(ctx({}, annotations={"cdi.k8s.io/gpus": "nvidia.com/gpu=all"}))
 
 
