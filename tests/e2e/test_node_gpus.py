@@ -246,6 +246,8 @@ def test_kubelet_allocated_cards_are_never_offered_to_fractional_pods(
     assert envs["NVIDIA_VISIBLE_DEVICES"] == CARDS[2]  # what the kubelet gave it: unchanged
     envs = _hook(node_side["sock"], held[1], "main", {"NVIDIA_VISIBLE_DEVICES": CARDS[3]})
     assert envs["NVIDIA_VISIBLE_DEVICES"] == CARDS[2]  # a card it was not given: not seen
+    envs = _hook(node_side["sock"], held[1], "sidecar", {"NVIDIA_VISIBLE_DEVICES": "all"})
+    assert envs["NVIDIA_VISIBLE_DEVICES"] == "void"  # the kubelet gave this container nothing
 
     def published() -> set[str]:
         raw = (kube.get(f"{DEVICES}/{node}")["metadata"].get("annotations") or {}).get(CHECKPOINTS)
