@@ -17,9 +17,13 @@ Invariants:
   (``kubelet_devices``, kept in ``HotDevices``) and from an inotify watch of the checkpoint
   (``CheckpointWatcher``); the checkpoint's device-plugin ids are normalised to card UUIDs
   (``koordlet.kubelet.deviceids``) before they are published.
-- Every sync pass's pod list refreshes the runtime hook's ``PodCache``.
+- Every sync pass's pod list refreshes the runtime hook's ``PodCache``; ``kubelet_grants``
+  answers the hook which GPUs the kubelet gave a container (the checkpoint, read per call).
 - ``deny`` (a container started without GPUs) counts the denial and queues a Warning event
   on the pod; it never blocks.
+- ``toolkit`` (the NVIDIA container toolkit's config, ``koordlet.devices.toolkit``): its
+  verdict is logged at start and on change, exported as ``koordlet_gpu_isolation`` and shown
+  on ``/readyz``; it fails readiness only with ``require_gpu_isolation``.
 - Node-side GPU admission (``koordlet.admission``): every pod list feeds ``admission``; a pod
   it refuses is counted, gets a Warning event ``GPUOvercommit`` and its status is set
   ``Failed`` (reason ``GPUOvercommit``) off the RPC's thread, when a ``status_api`` is given.
@@ -41,12 +45,14 @@ from koordlet.admission import POD_REASON, GPUAdmission, PodFailer, PodStatusAPI
 from koordlet.devices.health import HealthTracker, HealthWatcher, probe_all
 from koordlet.devices.library import GPU, DeviceLibrary, Discovery
 from koordlet.devices.rdma import discover_rdma
+from koordlet.devices.toolkit import SAFE, ToolkitCheck
 from koordlet.events import EventAPI, EventRecorder
 from koordlet.kubelet.checkpoint import DEFAULT_KUBELET_ROOT, CheckpointReader
 from koordlet.kubelet.deviceids import normalize_entries
 from koordlet.kubelet.devices import HotDevices
+from koordlet.kubelet.grants import KubeletGrants
 from koordlet.kubelet.watch import CheckpointWatcher
-from koordlet.metrics import GPUCollector, KoordletMetrics, MetricsServer
+from koordlet.metrics import GPUCollector, GPUIsolationCollector, KoordletMetrics, MetricsServer
 from koordlet.pods.cache import PodCache, PodGetter
 from koordlet.reporting.reporter import (
     DEFAULT_GPU_RESOURCES,
@@ -61,6 +67,10 @@ from koordlet.reporting.sync import RESULT_ERROR, DeviceSyncer, NodeAPI
 __all__ = ["Agent", "NodeInventory", "Service", "report_once"]
 
 log = structlog.get_logger("koordlet")
+
+GPU_NOT_ALLOCATED = "gpu-not-allocated"
+"""The GPU hook's denial reason (``runtimehooks.ports``) for a container that asked for GPUs
+no allocator gave it; spelled here because the agent does not import the hooks."""
 
 
 def _utcnow() -> datetime:
@@ -163,12 +173,19 @@ class Agent:
         gpu_resources: GPUResourceNames = DEFAULT_GPU_RESOURCES,
         status_api: PodStatusAPI | None = None,
         sysfs_root: str | os.PathLike[str] | None = None,
+        toolkit: ToolkitCheck | None = None,
+        require_gpu_isolation: bool = False,
     ) -> None:
         self.node_name = node_name
+        self.toolkit = toolkit
+        self.require_gpu_isolation = require_gpu_isolation
         self.sync_interval_s = sync_interval_s
         self.metrics = KoordletMetrics(registry)
         self.inventory = NodeInventory(library, sysfs_root)
         self.checkpoint = CheckpointReader(kubelet_root, on_error=self.metrics.checkpoint_error)
+        self.kubelet_grants = KubeletGrants(
+            self.checkpoint, gpu_resources, lambda: self.inventory.gpus
+        )
         self.pods = PodCache(pod_getter)
         self.events = EventRecorder(event_api, node_name) if event_api is not None else None
         self.pod_failer = PodFailer(status_api) if status_api is not None else None
@@ -199,8 +216,16 @@ class Agent:
                 lambda: self.inventory.tracker.snapshot(),
             )
         )
+        if toolkit is not None:
+            registry.register(GPUIsolationCollector(node_name, toolkit.check))
         self.metrics_server = (
-            MetricsServer(registry, metrics_address, healthz=self.healthy, readyz=self.ready)
+            MetricsServer(
+                registry,
+                metrics_address,
+                healthz=self.healthy,
+                readyz=self.ready,
+                readyz_notes=self.readiness_notes,
+            )
             if metrics_address is not None
             else None
         )
@@ -240,18 +265,21 @@ class Agent:
         self, namespace: str, name: str, uid: str, container: str, reason: str, message: str
     ) -> None:
         """A container of pod namespace/name was started without its devices (fail closed):
-        its GPUs, or for the RDMA hook's reasons (``rdma-…``) its RDMA devices."""
+        its GPUs, or for the RDMA hook's reasons (``rdma-…``) its RDMA devices; or it asked
+        for GPUs no allocator gave it (``gpu-not-allocated``) and got none, or only its own."""
         self.metrics.hook_denial(reason)
-        rdma = reason.startswith("rdma")
-        if self.events is not None:
-            self.events.warn(
-                namespace,
-                name,
-                uid,
-                "RDMAAllocationNotServed" if rdma else "GPUAllocationNotServed",
-                f"container {container!r} started without "
-                f"{'RDMA devices' if rdma else 'GPUs'} ({reason}): {message}",
-            )
+        if self.events is None:
+            return
+        if reason == GPU_NOT_ALLOCATED:
+            event = "GPUNotAllocated"
+            text = f"container {container!r} asked for GPUs it was not given ({reason})"
+        elif reason.startswith("rdma"):
+            event = "RDMAAllocationNotServed"
+            text = f"container {container!r} started without RDMA devices ({reason})"
+        else:
+            event = "GPUAllocationNotServed"
+            text = f"container {container!r} started without GPUs ({reason})"
+        self.events.warn(namespace, name, uid, event, f"{text}: {message}")
 
     def _refused(self, refusal: Refusal) -> None:
         """A pod refused at the node: count it, post an event, set it Failed (never blocks)."""
@@ -269,8 +297,18 @@ class Agent:
     def ready(self) -> bool:
         """``/readyz``: the node is being reported — the latest sync pass wrote (or found
         current) the Device CR and the Node; not before the first pass, not while passes fail
-        (the API server unreachable, RBAC, the node missing)."""
-        return self.syncer.running and self.syncer.last_result not in ("", RESULT_ERROR)
+        (the API server unreachable, RBAC, the node missing). With ``require_gpu_isolation``
+        also only while the toolkit's verdict is ``safe``."""
+        reporting = self.syncer.running and self.syncer.last_result not in ("", RESULT_ERROR)
+        if self.require_gpu_isolation and self.toolkit is not None:
+            return reporting and self.toolkit.check().state == SAFE
+        return reporting
+
+    def readiness_notes(self) -> list[str]:
+        """Lines after ``/readyz``'s status: the toolkit's GPU isolation verdict."""
+        if self.toolkit is None:
+            return []
+        return [f"gpu-isolation: {self.toolkit.check().line()}"]
 
     def start(self) -> None:
         """Discover, watch health, serve metrics, start the services, then the sync loop."""
@@ -287,6 +325,8 @@ class Agent:
             if self.metrics_server is not None:
                 self.metrics_server.start()
                 self._started.append(self.metrics_server.stop)
+            if self.toolkit is not None:
+                self.toolkit.check()  # logs the verdict once at start
             if self.events is not None:
                 self.events.start()
                 self._started.append(self.events.stop)

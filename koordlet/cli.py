@@ -39,6 +39,12 @@ from koordlet.agent import Agent, Service, report_once
 from koordlet.devices.fake import FakeLibrary, FakeSpecError
 from koordlet.devices.library import GPU, DeviceLibrary
 from koordlet.devices.sysfs import DEFAULT_SYSFS_ROOT
+from koordlet.devices.toolkit import (
+    DEFAULT_TOOLKIT_CONFIG,
+    DELIVERY_CDI,
+    DELIVERY_ENV,
+    ToolkitCheck,
+)
 from koordlet.fairshare.monitor import PodUsageMonitor, ProcessPods
 from koordlet.fairshare.server import (
     DEFAULT_IDLE_TIMEOUT_S,
@@ -174,6 +180,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UserError("--query-kubelet is an option of --gpushare-device-plugin")
     node_name = _node_name(args, True)
     gpu_resources = _gpu_resources(args)
+    if args.gpu_delivery == DELIVERY_CDI and args.visible_devices_by != "uuid":
+        raise UserError("--gpu-delivery cdi names cards by UUID: add --visible-devices-by uuid")
     try:
         interval = parse_duration(args.sync_interval)
         address = parse_bind_address(args.metrics_bind_address)
@@ -210,6 +218,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         gpu_resources=gpu_resources,
         status_api=api,
         sysfs_root=args.sysfs_root,
+        toolkit=(
+            ToolkitCheck(args.nvidia_toolkit_config, args.gpu_delivery)
+            if args.nvidia_toolkit_config else None
+        ),
+        require_gpu_isolation=args.require_gpu_isolation,
     )
     fairshare = _fairshare(args, node_name, api, registry, agent_ref, interval)
     if fairshare is not None:
@@ -230,6 +243,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         admission=agent.admission,
         sysfs_root=args.sysfs_root,
         cdi_dir=args.cdi_dir,
+        kubelet_gpus=agent.kubelet_grants.container_gpus,
+        failure_policy=args.hook_failure_policy,
+        gpu_delivery=args.gpu_delivery,
     )
     if hooks is not None:
         agent.add_service(hooks)
@@ -487,7 +503,40 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--sync-interval", default="10s", help="sync period (default 10s)")
     run.add_argument("--hook-dir", default=DEFAULT_HOOK_DIR, help="runtime proxy's hook dir")
     run.add_argument("--socket", default=DEFAULT_SOCKET, help="runtime-hook unix socket")
+    run.add_argument(
+        "--hook-failure-policy",
+        choices=("Fail", "Ignore"),
+        default="Fail",
+        help="the failure policy koord-runtime-proxy applies when the agent cannot answer "
+        "(default Fail: while the agent is down, containers not labelled "
+        "runtimeproxy.koordinator.sh/skip-hookserver=true are refused, and the registration "
+        "stays when the agent stops; Ignore starts them unchanged, so a CUDA image's "
+        "NVIDIA_VISIBLE_DEVICES=all sees every GPU)",
+    )
     run.add_argument("--visible-devices-by", choices=("minor", "uuid"), default="minor")
+    run.add_argument(
+        "--gpu-delivery",
+        choices=(DELIVERY_ENV, DELIVERY_CDI),
+        default=DELIVERY_ENV,
+        help="how a container's cards reach the runtime: NVIDIA_VISIBLE_DEVICES (env, the "
+        "default), or the CDI annotation cdi.k8s.io/koordinator.sh_gpu naming the NVIDIA CDI "
+        "spec's devices by UUID (cdi; needs --visible-devices-by uuid, a CDI-enabled runtime "
+        "and nvidia-ctk cdi generate; works with the toolkit's "
+        "accept-nvidia-visible-devices-envvar-when-unprivileged = false)",
+    )
+    run.add_argument(
+        "--nvidia-toolkit-config",
+        default=DEFAULT_TOOLKIT_CONFIG,
+        metavar="FILE",
+        help="the NVIDIA container toolkit's config.toml, judged for GPU isolation "
+        "(koordlet_gpu_isolation, /readyz; default %(default)s; empty: not checked)",
+    )
+    run.add_argument(
+        "--require-gpu-isolation",
+        action="store_true",
+        help="report not ready unless the toolkit's config lets no variable select GPUs in "
+        "an unprivileged container (the verdict 'safe')",
+    )
     run.add_argument(
         "--cdi-dir",
         default=DEFAULT_CDI_DIR,

@@ -7,16 +7,27 @@ koord-runtime-proxy through ``<hook dir>/koordlet.json``. Only ``koordlet.cli`` 
 module; ``runtimehooks`` is imported when the service is built, so that ``koordlet report``
 never loads grpc and an agent whose grpc is broken still runs (without hooks, logged).
 
-Invariants: ``start()`` serves first, then writes the registration file; ``stop()`` removes
-the registration file first (the proxy stops calling), then stops the server, which removes
-its socket. An empty socket path disables the hook server.
+Invariants: ``start()`` serves first, then writes the registration file; ``stop()`` stops
+the server, which removes its socket. An empty socket path disables the hook server.
+
+The registration's failure policy is ``Fail`` by default: while the agent is down (stopped,
+crashed, restarting) koord-runtime-proxy refuses every container it would have sent here, so
+no container starts with its image's ``NVIDIA_VISIBLE_DEVICES=all``; the kubelet retries the
+creation with back-off and it succeeds once the agent is back.  So ``stop()`` keeps a ``Fail``
+registration (removing it would let the proxy start containers unchanged); pods labelled
+``runtimeproxy.koordinator.sh/skip-hookserver: "true"`` (the agent's own DaemonSet, other
+node-critical pods) are never sent to a hook server and always start.  Under an operator's
+``Ignore`` the registration goes with ``stop()``, as before (an unreachable server then means
+"unchanged" anyway).
 
 With ``pods`` (the agent's ``PodCache``) the GPU hook works per container and fails closed;
 this module adapts the agent to the hooks' ports (``runtimehooks.ports``): the cache's
 records become ``PodSpec``s, ``PodMissing``/``PodUnavailable`` become ``PodLookupError``s,
 denials go to ``on_denied``, device-plugin ids to ``on_kubelet_devices``, and with
 ``admission`` (the agent's ``GPUAdmission``) the GPU hook admits a pod at the node before its
-containers see its cards.
+containers see its cards; ``kubelet_gpus`` (the agent's ``KubeletGrants``) says which GPUs the
+kubelet's device plugins gave a container (without it, no container outside our allocations
+sees a GPU).
 
 With ``sysfs_root`` the RDMA hook runs; with ``cdi_dir`` too, it delivers the devices through
 CDI spec files there (``runtimehooks.cdi``), removed at PostStopPodSandbox and, through
@@ -43,6 +54,8 @@ __all__ = [
     "DEFAULT_CDI_DIR",
     "DEFAULT_HOOK_DIR",
     "DEFAULT_SOCKET",
+    "FAIL",
+    "IGNORE",
     "FairShareWiring",
     "HookService",
     "HookServiceError",
@@ -61,6 +74,10 @@ OnDenied = Callable[[str, str, str, str, str, str], None]
 """(namespace, name, uid, container, reason, message)"""
 OnKubeletDevices = Callable[[str, str, tuple[str, ...]], None]
 """(pod uid, container, device ids)"""
+KubeletGPUs = Callable[[str, str], tuple[str, ...]]
+"""(pod uid, container) -> the GPU ids the kubelet gave it"""
+FAIL: Final = "Fail"
+IGNORE: Final = "Ignore"
 
 
 def _hook_ports(
@@ -69,7 +86,7 @@ def _hook_ports(
     on_kubelet_devices: OnKubeletDevices | None,
     admission: GPUAdmission | None = None,
 ) -> dict[str, Any]:
-    """The runtimehooks ports over the agent's parts (imports runtimehooks lazily)."""
+    """The runtimehooks ports over the agent's pod cache (imports runtimehooks lazily)."""
     from runtimehooks.context import PodMeta
     from runtimehooks.ports import (
         REASON_POD_LOOKUP_ERROR,
@@ -123,6 +140,16 @@ def _hook_ports(
     if admission is not None:
         ports["admission"] = Admission()
     return ports
+
+
+def _kubelet_port(kubelet_gpus: KubeletGPUs) -> Any:
+    from runtimehooks.context import PodMeta
+
+    class KubeletAllocations:
+        def gpu_devices(self, pod: PodMeta, container: str) -> tuple[str, ...]:
+            return kubelet_gpus(pod.uid, container)
+
+    return KubeletAllocations()
 
 
 class HookServiceError(Exception):
@@ -188,6 +215,9 @@ class HookService:
         admission: GPUAdmission | None = None,
         sysfs_root: str | os.PathLike[str] | None = None,
         cdi_dir: str | os.PathLike[str] = "",
+        kubelet_gpus: KubeletGPUs | None = None,
+        failure_policy: str = FAIL,
+        gpu_delivery: str = "env",
     ) -> None:
         from runtimehooks.cdi import CDISpecs
         from runtimehooks.hooks import new_default_registry
@@ -196,14 +226,22 @@ class HookService:
 
         self.socket_path = Path(socket_path)
         self.hook_dir = Path(hook_dir) if os.fspath(hook_dir) else None
+        if failure_policy not in (FAIL, IGNORE):
+            raise ValueError(f"failure policy {failure_policy!r}: not {FAIL} or {IGNORE}")
+        self.failure_policy = failure_policy
         ports = (
             _hook_ports(pods, on_denied, on_kubelet_devices, admission) if pods is not None else {}
         )
+        if kubelet_gpus is not None:
+            ports["kubelet_allocations"] = _kubelet_port(kubelet_gpus)
         self.cdi = (
             CDISpecs(cdi_dir) if sysfs_root is not None and os.fspath(cdi_dir) else None
         )
         self.registry = new_default_registry(
-            GPUHookOptions(visible_devices_by=visible_devices_by),  # type: ignore[arg-type]
+            GPUHookOptions(
+                visible_devices_by=visible_devices_by,  # type: ignore[arg-type]
+                delivery=gpu_delivery,  # type: ignore[arg-type]
+            ),
             observer=_Observer(observe),
             fairshare=(
                 _fairshare_hook(fairshare, ports.get("denials")) if fairshare is not None else None
@@ -241,17 +279,23 @@ class HookService:
         if self.hook_dir is not None:
             try:
                 self.registration = write_registration(
-                    self.hook_dir, self.socket_path, [str(s) for s in self.registry.stages()]
+                    self.hook_dir, self.socket_path, [str(s) for s in self.registry.stages()],
+                    failure_policy=self.failure_policy,
                 )
             except OSError as exc:
                 server.stop(None)
                 self._server = None
                 raise HookServiceError(f"runtime hook registration: {exc}") from None
-            log.info("runtime hook registration written", path=str(self.registration))
+            log.info("runtime hook registration written", path=str(self.registration),
+                     failure_policy=self.failure_policy)
 
     def stop(self) -> None:
         from runtimehooks.server import remove_registration
 
+        if self.registration is not None and self.failure_policy == FAIL:
+            log.info("runtime hook registration kept: the proxy refuses containers until the "
+                     "agent is back", path=str(self.registration))
+            self.registration = None
         if self.registration is not None and self.hook_dir is not None:
             try:
                 remove_registration(self.hook_dir)
@@ -277,6 +321,9 @@ def hook_service(
     admission: GPUAdmission | None = None,
     sysfs_root: str | os.PathLike[str] | None = None,
     cdi_dir: str | os.PathLike[str] = "",
+    kubelet_gpus: KubeletGPUs | None = None,
+    failure_policy: str = FAIL,
+    gpu_delivery: str = "env",
 ) -> HookService | None:
     """The hook service, or None when disabled (empty socket) or unavailable (logged)."""
     if not socket_path:
@@ -295,6 +342,9 @@ def hook_service(
             admission=admission,
             sysfs_root=sysfs_root,
             cdi_dir=cdi_dir,
+            kubelet_gpus=kubelet_gpus,
+            failure_policy=failure_policy,
+            gpu_delivery=gpu_delivery,
         )
     except ImportError as exc:
         log.warning("runtime hook server unavailable: running without it", error=str(exc))

@@ -12,7 +12,8 @@ Invariants:
   cannot be read at scrape time has no ``used``/``utilization`` samples (its ``total`` and
   ``healthy`` stay); a card that does not report utilization has no utilization sample.
 - ``MetricsServer`` serves on its own daemon threads, started and stopped explicitly; ``stop``
-  closes the socket. Port 0 binds a free port (``port`` tells which).
+  closes the socket. Port 0 binds a free port (``port`` tells which). ``/readyz`` answers
+  ``readyz`` (200 or 503) with the ``readyz_notes`` lines after its first line.
 """
 
 from __future__ import annotations
@@ -31,11 +32,13 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from apis.version import python_version, version
 from koordlet.devices.library import GPU, HEALTHY, DeviceLibrary, DeviceQueryError, Health
+from koordlet.devices.toolkit import STATES, Verdict
 
 __all__ = [
     "DEFAULT_METRICS_PORT",
     "FairShareMetrics",
     "GPUCollector",
+    "GPUIsolationCollector",
     "KoordletMetrics",
     "MetricsServer",
     "PodShareStats",
@@ -181,6 +184,35 @@ class GPUCollector:
             if usage.utilization is not None:
                 utilization.add_metric(labels, usage.utilization)
         return (total, used, utilization, healthy)
+
+
+class GPUIsolationCollector:
+    """``koordlet_gpu_isolation{node,state}``: 1 for the toolkit verdict now (read at scrape
+    time, ``koordlet.devices.toolkit``), 0 for the other states."""
+
+    def __init__(self, node: str, verdict: Callable[[], Verdict]) -> None:
+        self._node = node
+        self._verdict = verdict
+
+    @staticmethod
+    def _family() -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            "koordlet_gpu_isolation",
+            "Whether a container's environment can select GPUs on this node, from the NVIDIA "
+            "container toolkit's config: 1 for the current state (safe, unsafe, "
+            "misconfigured, unknown), 0 for the others.",
+            labels=["node", "state"],
+        )
+
+    def describe(self) -> Iterable[Metric]:
+        return [self._family()]
+
+    def collect(self) -> Iterable[Metric]:
+        family = self._family()
+        now = self._verdict().state
+        for state in STATES:
+            family.add_metric([self._node, state], 1.0 if state == now else 0.0)
+        return [family]
 
 
 class PodShareStats(Protocol):
@@ -340,11 +372,13 @@ class MetricsServer:
         address: tuple[str, int] = ("0.0.0.0", DEFAULT_METRICS_PORT),
         healthz: Callable[[], bool] | None = None,
         readyz: Callable[[], bool] | None = None,
+        readyz_notes: Callable[[], Iterable[str]] | None = None,
     ) -> None:
         self._registry = registry
         self._address = address
         self._healthz = healthz
         self._readyz = readyz
+        self._readyz_notes = readyz_notes
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -359,6 +393,7 @@ class MetricsServer:
         if self._server is not None:
             raise RuntimeError("MetricsServer already started")
         registry, healthz, readyz = _WithoutCreated(self._registry), self._healthz, self._readyz
+        notes = self._readyz_notes
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
@@ -370,7 +405,9 @@ class MetricsServer:
                     self._reply(200 if ok else 503, b"ok\n" if ok else b"unhealthy\n")
                 elif path == "/readyz":
                     ok = readyz() if readyz is not None else True
-                    self._reply(200 if ok else 503, b"ok\n" if ok else b"not ready\n")
+                    body = "ok\n" if ok else "not ready\n"
+                    body += "".join(f"{n}\n" for n in (notes() if notes is not None else ()))
+                    self._reply(200 if ok else 503, body.encode())
                 else:
                     self._reply(404, b"not found\n")
 

@@ -15,6 +15,8 @@ Invariants:
   admitted, refused pods stay refused) and blocks at most its own bounded wait otherwise.
 - ``DenialSink.denied`` and ``KubeletDeviceSink.container_devices`` must not block: they are
   called on the RPC's thread (count, queue, return).
+- ``KubeletAllocations.gpu_devices`` answers from the kubelet's own record (its device
+  checkpoint, written before the container is created) and never blocks on the network.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from runtimehooks.context import PodMeta
 
 __all__ = [
     "REASON_ADMISSION_NOT_READY",
+    "REASON_GPU_NOT_ALLOCATED",
     "REASON_GPU_OVERCOMMIT",
     "REASON_INTERNAL_ERROR",
     "REASON_INVALID_ALLOCATION",
@@ -38,6 +41,7 @@ __all__ = [
     "ContainerSpec",
     "Denial",
     "DenialSink",
+    "KubeletAllocations",
     "KubeletDeviceSink",
     "PodAdmission",
     "PodLookupError",
@@ -51,6 +55,9 @@ REASON_POD_LOOKUP_ERROR: Final = "pod-lookup-error"
 REASON_INTERNAL_ERROR: Final = "internal-error"
 REASON_GPU_OVERCOMMIT: Final = "gpu-overcommit"
 """The pod's cards do not fit beside the pods the node already admitted."""
+REASON_GPU_NOT_ALLOCATED: Final = "gpu-not-allocated"
+"""The container asked for GPUs (an environment variable, a CDI annotation) that no allocator
+of the node gave it: it gets none, or only the ones it was given."""
 REASON_ADMISSION_NOT_READY: Final = "admission-not-ready"
 """The agent has not yet learned the node's running pods (no pod list since it started)."""
 
@@ -144,3 +151,12 @@ class KubeletDeviceSink(Protocol):
     def container_devices(
         self, pod: PodMeta, container: str, device_ids: tuple[str, ...]
     ) -> None: ...
+
+
+class KubeletAllocations(Protocol):
+    """The GPUs the kubelet's device plugins gave a container (its device checkpoint)."""
+
+    def gpu_devices(self, pod: PodMeta, container: str) -> tuple[str, ...]:
+        """The container's GPU device ids as a device plugin writes them into
+        ``NVIDIA_VISIBLE_DEVICES`` (a time-slicing replica as its card); () for none."""
+        ...

@@ -20,7 +20,9 @@ Invariants:
   without hooks answers an echo of the request.
 - The registration file ``<hook dir>/koordlet.json`` is koordlet's: the same JSON as Go's
   ``json.MarshalIndent(RuntimeHookConfig, "", "\\t")`` (``remote-endpoint``,
-  ``failure-policy``, ``runtime-hooks``, each omitted when empty), written atomically
+  ``failure-policy``, ``runtime-hooks``, each omitted when empty; the policy ``Fail`` unless
+  told otherwise: the proxy then refuses a container when this server cannot answer, rather
+  than create it unchanged), written atomically
   (a temporary file whose name does not end in ``json``, which the proxy ignores, then
   ``rename``).
 """
@@ -269,7 +271,7 @@ class HookServer:
 def registration_json(
     socket_path: str | os.PathLike[str],
     stages: Iterable[str],
-    failure_policy: str = FailurePolicy.IGNORE,
+    failure_policy: str = FailurePolicy.FAIL,
 ) -> str:
     """The registration file's content (Go ``json.MarshalIndent`` with a tab, no newline)."""
     config: dict[str, Any] = {}
@@ -287,7 +289,7 @@ def write_registration(
     socket_path: str | os.PathLike[str] = DEFAULT_SOCKET_PATH,
     stages: Iterable[str] = (Stage.PRE_CREATE_CONTAINER,),
     *,
-    failure_policy: str = FailurePolicy.IGNORE,
+    failure_policy: str = FailurePolicy.FAIL,
 ) -> Path:
     """Atomically write ``<hook_dir>/koordlet.json`` for koord-runtime-proxy; returns its path.
 

@@ -2,8 +2,8 @@
 
 Role: ``HotDevices`` is Koordinator's "hot update" of the devices-checkpoints: when a
 container of a pod without ``device-allocated`` is created with device-plugin GPU ids in
-``NVIDIA_VISIBLE_DEVICES``, the hook records them here and wakes the sync loop, so the Device
-CR lists them at once instead of after the next checkpoint read.
+``NVIDIA_VISIBLE_DEVICES`` that the kubelet gave it (``grants``), the hook records them here
+and wakes the sync loop, so the Device CR lists them at once instead of after the next sync.
 
 Invariants:
 

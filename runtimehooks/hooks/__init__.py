@@ -19,7 +19,13 @@ from runtimehooks.hooks.gpu import GPUHook, GPUHookOptions
 from runtimehooks.hooks.rdma import CLEANUP_HOOK_NAME as RDMA_CLEANUP_HOOK_NAME
 from runtimehooks.hooks.rdma import HOOK_NAME as RDMA_HOOK_NAME
 from runtimehooks.hooks.rdma import RDMAHook
-from runtimehooks.ports import DenialSink, KubeletDeviceSink, PodAdmission, PodSource
+from runtimehooks.ports import (
+    DenialSink,
+    KubeletAllocations,
+    KubeletDeviceSink,
+    PodAdmission,
+    PodSource,
+)
 from runtimehooks.registry import FailurePolicy, HookObserver, HookRegistry, Stage
 
 __all__ = ["new_default_registry"]
@@ -36,12 +42,14 @@ def new_default_registry(
     kubelet_devices: KubeletDeviceSink | None = None,
     admission: PodAdmission | None = None,
     rdma: RDMAHook | None = None,
+    kubelet_allocations: KubeletAllocations | None = None,
 ) -> HookRegistry:
     """A registry with the default hooks: the GPU hook at PreCreateContainer (per container
     and failing closed when ``pods`` is given, see ``runtimehooks.hooks.gpu``)."""
     registry = HookRegistry(observer=observer)
     hook = GPUHook(
-        gpu, pods=pods, denials=denials, kubelet_devices=kubelet_devices, admission=admission
+        gpu, pods=pods, denials=denials, kubelet_devices=kubelet_devices, admission=admission,
+        kubelet_allocations=kubelet_allocations,
     )
     registry.register_container_hook(Stage.PRE_CREATE_CONTAINER, GPU_HOOK_NAME, hook, gpu_policy)
     if rdma is not None:  # fails closed itself: no device rather than a wrong one

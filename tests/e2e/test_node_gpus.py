@@ -218,7 +218,8 @@ def test_kubelet_allocated_cards_are_never_offered_to_fractional_pods(
     kube, ns, node = node_side["kube"], node_side["ns"], node_side["node"]
     selector = {"kubernetes.io/hostname": node}
     # A default-scheduler pod the kubelet gave cards 0 and 1 (time-slicing replica and NVML
-    # index ids), and one whose container the hook sees with card 2 before any checkpoint.
+    # index ids), and one it gave card 2, whose container the hook then sees with card 2 (the
+    # kubelet writes its checkpoint at admission, before it asks the runtime for containers).
     held = []
     for name in ("held", "hot"):
         body = gpu_pod(name, "default-scheduler", {"nvidia.com/gpu": "1"}, selector)
@@ -233,13 +234,20 @@ def test_kubelet_allocated_cards_are_never_offered_to_fractional_pods(
     start = time.monotonic()
     entries = [{"PodUID": held[0]["metadata"]["uid"], "ContainerName": "main",
                 "ResourceName": "nvidia.com/gpu", "AllocResp": "",
-                "DeviceIDs": {"-1": [f"{CARDS[0]}::3", "1"]}}]  # fmt: skip
+                "DeviceIDs": {"-1": [f"{CARDS[0]}::3", "1"]}},
+               {"PodUID": held[1]["metadata"]["uid"], "ContainerName": "main",
+                "ResourceName": "nvidia.com/gpu", "AllocResp": "",
+                "DeviceIDs": {"-1": [CARDS[2]]}}]  # fmt: skip
     path = node_side["kubelet"] / "device-plugins" / "kubelet_internal_checkpoint"
     tmp = path.with_name(".ckpt.tmp")
     tmp.write_text(_checkpoint(entries))
     tmp.rename(path)  # as the kubelet replaces it
     envs = _hook(node_side["sock"], held[1], "main", {"NVIDIA_VISIBLE_DEVICES": CARDS[2]})
-    assert envs["NVIDIA_VISIBLE_DEVICES"] == CARDS[2]  # a kubelet pod: unchanged
+    assert envs["NVIDIA_VISIBLE_DEVICES"] == CARDS[2]  # what the kubelet gave it: unchanged
+    envs = _hook(node_side["sock"], held[1], "main", {"NVIDIA_VISIBLE_DEVICES": CARDS[3]})
+    assert envs["NVIDIA_VISIBLE_DEVICES"] == CARDS[2]  # a card it was not given: not seen
+    envs = _hook(node_side["sock"], held[1], "sidecar", {"NVIDIA_VISIBLE_DEVICES": "all"})
+    assert envs["NVIDIA_VISIBLE_DEVICES"] == "void"  # the kubelet gave this container nothing
 
     def published() -> set[str]:
         raw = (kube.get(f"{DEVICES}/{node}")["metadata"].get("annotations") or {}).get(CHECKPOINTS)

@@ -260,7 +260,8 @@ def test_denials_are_counted_and_posted_as_events(fake: FakeLibrary, tmp_path: P
     try:
         a.deny("ns", "p", "uid-p", "main", "pod-not-found", "pod ns/p does not exist")
         a.deny("ns", "p", "uid-p", "main", "rdma-unavailable", "VF 0000:18:00.9 not on node")
-        _wait_for(lambda: len(events.posted) == 2)
+        a.deny("ns", "p", "uid-p", "main", "gpu-not-allocated", "NVIDIA_VISIBLE_DEVICES='1'")
+        _wait_for(lambda: len(events.posted) == 3)
     finally:
         a.events.stop()
     assert events.posted[0]["type"] == "Warning"
@@ -269,6 +270,8 @@ def test_denials_are_counted_and_posted_as_events(fake: FakeLibrary, tmp_path: P
     assert events.posted[1]["reason"] == "RDMAAllocationNotServed"
     rdma = "container 'main' started without RDMA devices (rdma-unavailable)"
     assert rdma in str(events.posted[1])
+    assert events.posted[2]["reason"] == "GPUNotAllocated"
+    assert "asked for GPUs it was not given" in str(events.posted[2])
     value = registry.get_sample_value(
         "koordlet_runtime_hook_denied_total", {"reason": "pod-not-found"}
     )

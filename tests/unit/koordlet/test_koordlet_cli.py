@@ -362,7 +362,8 @@ def test_run_stops_cleanly_on_signal(short_dir: Path, sig: signal.Signals) -> No
             proc.kill()
             proc.communicate()
     assert proc.returncode == 0, err
-    assert not (hook_dir / "koordlet.json").exists()
+    registration = json.loads((hook_dir / "koordlet.json").read_text())
+    assert registration["failure-policy"] == "Fail"  # kept: the proxy refuses until we are back
     assert not sock.exists()
     events = [json.loads(line) for line in err.splitlines()]  # every line is a JSON object
     names = [e["event"] for e in events]

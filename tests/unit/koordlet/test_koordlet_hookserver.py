@@ -49,7 +49,7 @@ def test_serves_registers_and_cleans_up(short_dir: Path, by: str, visible: str) 
         registration = json.loads((hooks / "koordlet.json").read_text())
         assert registration == {
             "remote-endpoint": str(sock),
-            "failure-policy": "Ignore",
+            "failure-policy": "Fail",
             "runtime-hooks": ["PreCreateContainer"],
         }
         assert oct(sock.stat().st_mode & 0o777) == "0o600"
@@ -61,7 +61,7 @@ def test_serves_registers_and_cleans_up(short_dir: Path, by: str, visible: str) 
         assert observed.calls == [("PreCreateContainer", "success")]
     finally:
         service.stop()
-    assert not (hooks / "koordlet.json").exists()
+    assert (hooks / "koordlet.json").exists()  # Fail: the proxy refuses containers meanwhile
     assert not sock.exists()
     service.stop()  # idempotent
 
@@ -206,12 +206,19 @@ def test_per_container_over_grpc(
         assert denials[0][:4] == ("default", "p", uid, container)
 
 
-def test_device_plugin_ids_are_reported(short_dir: Path) -> None:
+@pytest.mark.parametrize(("granted", "want"), [
+    (("GPU-1::0",), "GPU-1::0"),  # what the kubelet gave: unchanged, reported
+    ((), "void"),  # the kubelet gave it nothing: no GPU, nothing reported
+])  # fmt: skip
+def test_device_plugin_ids_are_checked_and_reported(
+    short_dir: Path, granted: tuple[str, ...], want: str
+) -> None:
     sock = short_dir / "koordlet.sock"
     seen: list[tuple[str, str, tuple[str, ...]]] = []
     service = hook_service(
         socket_path=str(sock), hook_dir="", visible_devices_by="minor", observe=Observed(),
         pods=PodCache(Getter()), on_kubelet_devices=lambda *a: seen.append(a),
+        kubelet_gpus=lambda uid, c: granted if (uid, c) == ("uid-p", "cuda") else (),
     )  # fmt: skip
     assert service is not None
     service.start()
@@ -225,8 +232,8 @@ def test_device_plugin_ids_are_reported(short_dir: Path) -> None:
             )
     finally:
         service.stop()
-    assert resp.container_envs["NVIDIA_VISIBLE_DEVICES"] == "GPU-1::0"  # unchanged
-    assert seen == [("uid-p", "cuda", ("GPU-1::0",))]
+    assert resp.container_envs["NVIDIA_VISIBLE_DEVICES"] == want
+    assert seen == ([("uid-p", "cuda", granted)] if granted else [])
 
 
 # -- Gemini fair share through the hook ---------------------------------------------------

@@ -123,9 +123,9 @@ def test_hook_merges_into_existing_envs() -> None:
     assert ctx.container_envs["NVIDIA_VISIBLE_DEVICES"] == "all"
 
 
-def test_hook_without_allocation_returns_same_context() -> None:
+def test_hook_without_allocation_gives_no_gpu() -> None:
     ctx = ContainerContext(container_envs={"A": "1"})
-    assert GPUHook()(ctx) is ctx
+    assert GPUHook()(ctx).container_envs == {"A": "1", "NVIDIA_VISIBLE_DEVICES": "void"}
 
 
 def test_options_validate() -> None:
@@ -306,7 +306,8 @@ def test_a_failing_denial_sink_still_closes() -> None:
 def test_pods_without_allocation_are_not_looked_up() -> None:
     pods = FakePods()
     ctx = ctx_of("main", {}, envs={"PATH": "/bin"})
-    assert GPUHook(pods=pods)(ctx) is ctx
+    out = GPUHook(pods=pods)(ctx)
+    assert out.container_envs == {"PATH": "/bin", "NVIDIA_VISIBLE_DEVICES": NO_GPU}
     assert pods.asked == []
 
 
@@ -326,9 +327,14 @@ def test_device_plugin_ids(envs: Mapping[str, str], want: tuple[str, ...]) -> No
 
 
 def test_kubelet_allocated_gpus_are_reported_and_env_unchanged() -> None:
+    class Kubelet:
+        def gpu_devices(self, pod: PodMeta, container: str) -> tuple[str, ...]:
+            return ("MIG-1234",) if (pod.uid, container) == ("uid-1", "cuda") else ()
+
     rec = Recorder()
     ctx = ctx_of("cuda", {}, envs={"NVIDIA_VISIBLE_DEVICES": "MIG-1234"})
-    assert GPUHook(pods=FakePods(), kubelet_devices=rec)(ctx) is ctx
+    hook = GPUHook(pods=FakePods(), kubelet_devices=rec, kubelet_allocations=Kubelet())
+    assert hook(ctx) is ctx
     assert rec.devices == [(POD, "cuda", ("MIG-1234",))]
 
 

@@ -110,7 +110,8 @@ def envs(resp: api_pb2.ContainerResourceHookResponse) -> dict[str, str]:
 def test_container_rpcs_echo(stub: api_pb2_grpc.RuntimeHookServiceStub, rpc: str) -> None:
     req = request()
     resp = getattr(stub, rpc)(req, timeout=TIMEOUT)
-    assert dict(resp.container_envs) == dict(req.container_envs)
+    added = {"NVIDIA_VISIBLE_DEVICES": "void"} if rpc == "PreCreateContainerHook" else {}
+    assert dict(resp.container_envs) == {**req.container_envs, **added}  # no GPU given
     assert dict(resp.container_annotations) == dict(req.container_annotations)
     assert resp.container_resources == req.container_resources
     assert resp.pod_cgroup_parent == req.pod_cgroup_parent
@@ -147,7 +148,7 @@ GPU_CASES = [
                  {"NVIDIA_VISIBLE_DEVICES": "0", "CUDA_DEVICE_MEMORY_LIMIT": str(8 * GI),
                   "CUDA_DEVICE_SM_LIMIT": "30", "LD_PRELOAD": "/usr/local/vgpu/libvgpu.so"},
                  id="hami-core"),
-    pytest.param({}, {}, {}, id="no-allocation"),
+    pytest.param({}, {}, {"NVIDIA_VISIBLE_DEVICES": "void"}, id="no-allocation"),
 ]  # fmt: skip
 
 
@@ -182,8 +183,8 @@ def test_uuid_mode(short_dir: Path) -> None:
 def test_malformed_annotation_closes_the_container_and_server_keeps_serving(
     stub: api_pb2_grpc.RuntimeHookServiceStub,
 ) -> None:
-    # the proxy's policy is Ignore: an error reply would start the container unchanged (the
-    # image's NVIDIA_VISIBLE_DEVICES=all), so the GPU hook answers OK with "void" instead
+    # an error reply would refuse the container (Fail) or start it unchanged with the image's
+    # NVIDIA_VISIBLE_DEVICES=all (an operator's Ignore): the GPU hook answers OK with "void"
     resp = stub.PreCreateContainerHook(
         request({ANNOTATION_DEVICE_ALLOCATED: '{"gpu":[{"minor":-1}]}'}), timeout=TIMEOUT
     )
@@ -353,7 +354,7 @@ def test_registration_written_and_removed(short_dir: Path) -> None:
     assert text == (
         "{\n"
         '\t"remote-endpoint": "/var/run/koordlet/koordlet.sock",\n'
-        '\t"failure-policy": "Ignore",\n'
+        '\t"failure-policy": "Fail",\n'
         '\t"runtime-hooks": [\n'
         '\t\t"PreCreateContainer"\n'
         "\t]\n"
@@ -388,5 +389,5 @@ def test_registration_omits_empty_stages(short_dir: Path) -> None:
     write_registration(short_dir, "/a.sock", [])
     assert json.loads((short_dir / REGISTRATION_FILE).read_text()) == {
         "remote-endpoint": "/a.sock",
-        "failure-policy": "Ignore",
+        "failure-policy": "Fail",
     }
