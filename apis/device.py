@@ -45,6 +45,7 @@ __all__ = [
     "LABEL_GPU_ISOLATION_PROVIDER",
     "LABEL_GPU_MODEL",
     "LABEL_GPU_VENDOR",
+    "LABEL_SKIP_HOOKSERVER",
     "PLURAL",
     "VERSION",
     "Condition",
@@ -69,6 +70,9 @@ LABEL_GPU_DRIVER_VERSION: Final = "node.koordinator.sh/gpu-driver-version"
 ANNOTATION_DEVICES_CHECKPOINTS: Final = "node.koordinator.sh/devices-checkpoints"
 GPU_VENDOR_NVIDIA: Final = "nvidia"
 LABEL_GPU_ISOLATION_PROVIDER: Final = "koordinator.sh/gpu-isolation-provider"
+LABEL_SKIP_HOOKSERVER: Final = "runtimeproxy.koordinator.sh/skip-hookserver"
+"""koord-runtime-proxy's default ``--runtime-hook-server-key``: a pod labelled ``"true"`` is
+never sent to a hook server, so none of koordlet's hooks (the GPU hook included) sees it."""
 GPU_ISOLATION_PROVIDER_HAMI_CORE: Final = "HAMi-core"
 CONDITION_HEALTHY: Final = "Healthy"
 

@@ -87,3 +87,44 @@ def test_writers_are_configurable_by_user_and_group() -> None:
 def test_every_gpushare_allocation_annotation_is_protected() -> None:
     for key in PROTECTED_ANNOTATIONS:
         assert guard_problem(review(pod(annotations={key: "1"})), POLICY) is not None, key
+
+
+SKIP = "runtimeproxy.koordinator.sh/skip-hookserver"
+
+
+@pytest.mark.parametrize(
+    ("obj", "kw", "refused"),
+    [
+        (pod(labels={SKIP: "true"}), {}, True),
+        (pod(labels={SKIP: "True"}), {}, True),
+        (pod(labels={SKIP: "true"}), {"user": DEFAULT_AGENT}, True),
+        (pod(labels={SKIP: "true"}), {"user": "admin", "groups": ["system:masters"]}, True),
+        (pod(labels={SKIP: "true"}), {"operation": "UPDATE", "old": pod()}, True),
+        (pod(), {"operation": "UPDATE", "old": pod(labels={SKIP: "true"})}, False),
+        (
+            pod(labels={SKIP: "true", "x": "y"}),
+            {"operation": "UPDATE", "old": pod(labels={SKIP: "true"})},
+            False,
+        ),
+        (pod(labels={"other": "true"}), {}, False),
+    ],
+    ids=[
+        "create",
+        "create-other-case",
+        "not-even-the-agent",
+        "not-even-masters",
+        "update-sets",
+        "update-removes",
+        "update-unchanged",
+        "other-label",
+    ],
+)
+def test_a_tenant_pod_cannot_skip_the_runtime_hooks(
+    obj: dict[str, Any], kw: dict[str, Any], refused: bool
+) -> None:
+    # koord-runtime-proxy never sends a pod with this label to a hook server: a tenant's pod
+    # labelled so would skip the GPU hook and see what its image asks for (every card).
+    problem = guard_problem(review(obj, **kw), POLICY)
+    assert (problem is not None) == refused, problem
+    if refused:
+        assert problem is not None and problem.startswith(f"metadata.labels[{SKIP}]: ")
