@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
 
 from apis.jsonload import MAX_DEPTH
@@ -36,6 +37,7 @@ from scheduler.kube.informer import Informer, ResourceSpec
 from scheduler.kube.ratelimit import Backoff
 from scheduler.kube.rest import ApiError, RestClient, TransportError, WatchStream
 from scheduler.kube.transport import RawResponse
+from scheduler.observability.metrics import SchedulerMetrics
 from tests.deepjson import chain, deep_list_page, with_deep_managed_fields
 from tests.unit.kube.kube_fakes import FakeStream, FakeTransport, object_list
 
@@ -238,6 +240,21 @@ def test_one_deep_and_one_undecodable_object_never_block_a_list_or_a_watch(
     assert said[0]["log_level"] == "warning" and said[0]["error"]
 
 
+def scraped(metrics: SchedulerMetrics) -> dict[str, float]:
+    """The Pod informer's two series as /metrics shows them."""
+    text = metrics.exposition().decode()
+    got = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.labels.get("resource") != "Pod":
+                continue
+            if sample.name == "koord_scheduler_informer_decode_errors_total":
+                got["errors"] = sample.value
+            if sample.name == "koord_scheduler_informer_quarantined_objects":
+                got["held"] = sample.value
+    return got
+
+
 def _key(inf: Informer, name: str) -> str:
     if inf.kind == "UnhealthyGPUs":
         return f"kube-system/unhealthy-gpu-{name}"
@@ -274,14 +291,18 @@ def test_a_quarantined_object_leaves_quarantine_when_fixed_deleted_or_gone(
         FakeStream(end=False),
     )
     inf = informers(pod_spec(), t)
+    metrics = SchedulerMetrics()
+    metrics.watch_informers(lambda: [inf])
     with capture_logs() as logs:
         inf.start()
         _wait(lambda: inf.resource_version == "8")
         assert set(inf.quarantined()) == {"team/gone"}
         assert names(inf) == ["fixed"]
+        assert scraped(metrics) == {"errors": 3.0, "held": 1.0}
         t.replace("GET", PODS_PATH, object_list([pod("fixed", "7")], rv="9"))
         inf.relist()
         _wait(lambda: inf.resource_version == "9")
     assert inf.quarantined() == {}
+    assert scraped(metrics) == {"errors": 3.0, "held": 0.0}
     released = sorted(e["object"] for e in logs if e["event"].startswith("object left quarantine"))
     assert released == ["team/deleted", "team/fixed", "team/gone"]
