@@ -44,8 +44,8 @@ def with_deep_managed_fields(obj: dict[str, Any], levels: int) -> str:
     return text.replace(json.dumps(_MARKER), chain(levels), 1)
 
 
-def deep_list_page(objects: list[str], rv: str = "10") -> bytes:
+def deep_list_page(objects: list[str], rv: str = "10", kind: str = "List") -> bytes:
     """A list page of objects already written as JSON text."""
     meta = json.dumps({"resourceVersion": rv})
-    head = '{"kind":"List","apiVersion":"v1","metadata":' + meta + ',"items":['
+    head = '{"kind":"' + kind + '","apiVersion":"v1","metadata":' + meta + ',"items":['
     return (head + ",".join(objects) + "]}").encode()
