@@ -84,16 +84,7 @@ def grant_edit(admin: Kube, ns: str, user: str) -> None:
             ],
         },
     )
-    # kube-controller-manager's clusterrole-aggregation controller (not run in this tier):
-    # edit's rules are the union of the roles its aggregationRule selects.
-    edit = admin.get(f"{RBAC}/clusterroles/edit")
-    rules: list[dict[str, Any]] = []
-    for selector in edit["aggregationRule"]["clusterRoleSelectors"]:
-        labels = ",".join(f"{k}={v}" for k, v in selector["matchLabels"].items())
-        for role in admin.get(f"{RBAC}/clusterroles?labelSelector={labels}")["items"]:
-            rules.extend(r for r in role.get("rules") or [] if r not in rules)
-    edit["rules"] = rules
-    admin.request("PUT", f"{RBAC}/clusterroles/edit", edit)
+    aggregate(admin, "edit")
     admin.post(
         f"{RBAC}/namespaces/{ns}/rolebindings",
         {
@@ -108,6 +99,23 @@ def grant_edit(admin: Kube, ns: str, user: str) -> None:
             "subjects": [{"apiGroup": RBAC_GROUP, "kind": "User", "name": user}],
         },
     )
+
+
+def aggregate(admin: Kube, name: str) -> list[dict[str, Any]]:
+    """What kube-controller-manager's clusterrole-aggregation controller (not run in this
+    tier) does: an aggregated ClusterRole's rules become the union of the roles its
+    aggregationRule selects (``edit`` takes ``view``'s, itself aggregated). Its rules."""
+    role = admin.get(f"{RBAC}/clusterroles/{name}")
+    if not role.get("aggregationRule"):
+        return list(role.get("rules") or [])
+    rules: list[dict[str, Any]] = []
+    for selector in role["aggregationRule"]["clusterRoleSelectors"]:
+        labels = ",".join(f"{k}={v}" for k, v in selector["matchLabels"].items())
+        for part in admin.get(f"{RBAC}/clusterroles?labelSelector={labels}")["items"]:
+            rules.extend(r for r in aggregate(admin, part["metadata"]["name"]) if r not in rules)
+    role["rules"] = rules
+    admin.request("PUT", f"{RBAC}/clusterroles/{name}", role)
+    return rules
 
 
 def ensure_pod_group_crd(admin: Kube) -> None:
@@ -157,7 +165,9 @@ def test_a_tenants_deep_objects_block_nothing(make_apiserver: Any, tmp_path: Pat
     admin.ensure_device_crd()
     ensure_pod_group_crd(admin)
     grant_edit(admin, ns, server.plain_user)
-    wait_for("the tenant's edit role", lambda: tenant.get(f"/api/v1/namespaces/{ns}/pods"), 30)
+    wait_for(
+        "the tenant's edit role", lambda: _allowed(tenant, f"/api/v1/namespaces/{ns}/pods"), 30
+    )
     with pytest.raises(KubeError) as outside:
         tenant.get("/api/v1/namespaces/default/pods")
     assert outside.value.status == 403  # a tenant of its namespace only
@@ -249,6 +259,16 @@ def test_a_tenants_deep_objects_block_nothing(make_apiserver: Any, tmp_path: Pat
             if proc is not None:
                 proc.stop()
         webhook.stop()
+
+
+def _allowed(kube: Kube, path: str) -> bool:
+    try:
+        kube.get(path)
+    except KubeError as exc:
+        if exc.status == 403:
+            return False
+        raise
+    return True
 
 
 def _creator(kube: Kube, path: str, obj: dict[str, Any]) -> Callable[[], bool]:
