@@ -20,13 +20,13 @@ equal to min-available.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from apis.core import Pod
 from apis.duration import DurationError, parse_go_duration_seconds
+from apis.jsonload import loads
 
 PREFIX = "gang.scheduling.koordinator.sh"
 ANNOTATION_NAME = f"{PREFIX}/name"
@@ -61,7 +61,6 @@ MATCH_POLICIES = frozenset({MATCH_ONLY_WAITING, MATCH_WAITING_AND_RUNNING, MATCH
 DEFAULT_WAITING_SECONDS = 600.0
 
 POD_GROUP_API_VERSION = "scheduling.sigs.k8s.io/v1alpha1"
-
 
 
 class GangSpecError(ValueError):
@@ -133,8 +132,8 @@ def _positive_int(text: str, field: str) -> int:
 
 def _groups(text: str, namespace: str, gang_id: str) -> tuple[str, ...]:
     try:
-        raw = json.loads(text)
-    except json.JSONDecodeError:
+        raw = loads(text)
+    except ValueError:
         raise GangSpecError(f"{ANNOTATION_GROUPS}: not a JSON list of gang names") from None
     if not isinstance(raw, list) or not all(isinstance(g, str) and g for g in raw):
         raise GangSpecError(f"{ANNOTATION_GROUPS}: not a JSON list of gang names")
@@ -148,8 +147,8 @@ def _same_node(text: str) -> bool:
     ``MustGather`` at ``NodeTopologyLayer`` (other layers are accepted and not acted on)."""
     field = ANNOTATION_NETWORK_TOPOLOGY_SPEC
     try:
-        raw = json.loads(text)
-    except json.JSONDecodeError:
+        raw = loads(text)
+    except ValueError:
         raise GangSpecError(f"{field}: not a JSON object") from None
     if not isinstance(raw, dict):
         raise GangSpecError(f"{field}: not a JSON object")
@@ -242,9 +241,7 @@ def gang_of(pod: Pod, pod_groups: Mapping[str, PodGroup] | None = None) -> GangS
         same_node = False
         if ANNOTATION_NETWORK_TOPOLOGY_SPEC in ann:
             same_node = _same_node(ann[ANNOTATION_NETWORK_TOPOLOGY_SPEC])
-        return GangSpec(
-            gang_id, min_available, total, mode, waiting, groups, policy, same_node
-        )
+        return GangSpec(gang_id, min_available, total, mode, waiting, groups, policy, same_node)
     label = pod_group_name(pod)
     if not label:
         return None

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
 
+from apis.jsonload import loads, nesting_depth
 from apis.quantity import DECIMAL_SI, Quantity, QuantityError
 
 __all__ = [
@@ -71,6 +72,9 @@ __all__ = [
 ]
 
 ANNOTATION_GPU_TOPOLOGY: Final = "scheduling.koordinator.sh/gpu-topology"
+MAX_NESTING: Final = 100
+"""The deepest annotation value decoded: unknown fields are kept (and deep-copied on encode),
+so a value nested near the interpreter's recursion limit is refused, far above any real one."""
 
 LINK_NVLINK: Final = "NVLink"
 LINK_PCIE: Final = "PCIe"
@@ -309,9 +313,11 @@ class GPUTopology:
     def decode(cls, text: str) -> GPUTopology:
         """Decode the annotation's value; raises ``TopologyDecodeError``."""
         try:
-            doc = json.loads(text)
+            doc = loads(text)
         except (TypeError, ValueError) as exc:
             raise TopologyDecodeError("<root>", f"invalid JSON: {exc}") from None
+        if nesting_depth(doc) > MAX_NESTING:  # unknown fields are kept and deep-copied
+            raise TopologyDecodeError("<root>", f"nested deeper than {MAX_NESTING} levels")
         return cls.from_dict(doc)
 
     def encode(self) -> str:
