@@ -1,4 +1,4 @@
-"""What the hooks need from the node agent: the pod's spec, its node-side GPU admission, and
+"""What the hooks need from the node agent: the pod's spec, its node-side admission, and
 where denials and kubelet devices go.
 
 Role: the ports between the pure hooks (``runtimehooks/hooks/``) and the agent that serves
@@ -28,7 +28,7 @@ from runtimehooks.context import PodMeta
 
 __all__ = [
     "REASON_ADMISSION_NOT_READY",
-    "REASON_GPU_OVERCOMMIT",
+    "REASON_DEVICE_OVERCOMMIT",
     "REASON_INTERNAL_ERROR",
     "REASON_INVALID_ALLOCATION",
     "REASON_POD_LOOKUP_ERROR",
@@ -49,8 +49,8 @@ REASON_INVALID_ALLOCATION: Final = "invalid-allocation"
 REASON_POD_NOT_FOUND: Final = "pod-not-found"
 REASON_POD_LOOKUP_ERROR: Final = "pod-lookup-error"
 REASON_INTERNAL_ERROR: Final = "internal-error"
-REASON_GPU_OVERCOMMIT: Final = "gpu-overcommit"
-"""The pod's cards do not fit beside the pods the node already admitted."""
+REASON_DEVICE_OVERCOMMIT: Final = "device-overcommit"
+"""The pod's devices (card shares, VFs) do not fit beside the pods the node already admitted."""
 REASON_ADMISSION_NOT_READY: Final = "admission-not-ready"
 """The agent has not yet learned the node's running pods (no pod list since it started)."""
 
@@ -108,7 +108,7 @@ class PodSource(Protocol):
 
 
 class AdmissionRefused(Exception):
-    """The node refuses the pod its cards; ``reason`` is a denial reason."""
+    """The node refuses the pod its devices; ``reason`` is a denial reason."""
 
     def __init__(self, reason: str, message: str) -> None:
         self.reason = reason
@@ -116,8 +116,8 @@ class AdmissionRefused(Exception):
 
 
 class PodAdmission(Protocol):
-    """The node's GPU admission: may this pod's containers see the cards its
-    ``device-allocated`` annotation names?"""
+    """The node's device admission: may this pod's containers see the devices (cards, RDMA
+    VFs and NICs) its ``device-allocated`` annotation names?"""
 
     def admit(self, pod: PodMeta, allocation: str) -> None:
         """Returns when the pod is admitted (now or before); raises ``AdmissionRefused``."""

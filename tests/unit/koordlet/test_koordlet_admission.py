@@ -1,4 +1,4 @@
-"""Node-side GPU admission: the ledger of admitted pods (``koordlet.admission``)."""
+"""Node-side device admission: the ledger of admitted pods (``koordlet.admission``)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from koordlet.admission import (
     ADMITTED,
     NOT_READY,
     OVERCOMMIT,
-    GPUAdmission,
+    NodeAdmission,
     Refusal,
-    gpu_cards,
+    gpu_devices,
 )
 from koordlet.devices.library import GPU
 from koordlet.pods.record import PodRecord, decode_pod_record
@@ -25,7 +25,7 @@ CORE, RATIO, MEM = (
     "koordinator.sh/gpu-memory-ratio",
     "koordinator.sh/gpu-memory",
 )
-CARDS = gpu_cards([GPU(uuid=f"GPU-{m}", minor=m, memory_total=80 * GI) for m in (0, 1)])
+CARDS = gpu_devices([GPU(uuid=f"GPU-{m}", minor=m, memory_total=80 * GI) for m in (0, 1)])
 
 
 def alloc(*entries: tuple[int, Mapping[str, str]]) -> str:
@@ -44,9 +44,9 @@ class Clock:
         return self.t
 
 
-def ledger(clock: Clock | None = None) -> tuple[GPUAdmission, list[Refusal]]:
+def ledger(clock: Clock | None = None) -> tuple[NodeAdmission, list[Refusal]]:
     refused: list[Refusal] = []
-    adm = GPUAdmission(
+    adm = NodeAdmission(
         lambda: CARDS,
         on_refused=refused.append,
         ready_wait_s=0.0,
@@ -109,7 +109,7 @@ def test_the_refusal_names_the_card_the_amounts_and_the_holders() -> None:
     verdict = adm.decide("uid-b", "ns", "b", share(0, 50, 10, 8))
     assert verdict.message == (
         "GPU 0 would be over-committed: koordinator.sh/gpu-core 50 requested, "
-        "60 held by admitted pods (ns/a), 100 on the card"
+        "60 held by admitted pods (ns/a), 100 on the device"
     )
 
 
@@ -148,7 +148,7 @@ def test_a_listed_admitted_pod_keeps_its_share() -> None:
 
 
 def test_a_restarted_agent_relearns_the_running_pods() -> None:
-    adm = GPUAdmission(lambda: CARDS, ready_wait_s=0.0, monotonic=Clock())
+    adm = NodeAdmission(lambda: CARDS, ready_wait_s=0.0, monotonic=Clock())
     adm.observe(
         [
             running("uid-a", share(0, 60, 60, 48)),
@@ -167,7 +167,7 @@ def test_a_restarted_agent_relearns_the_running_pods() -> None:
 def test_running_pods_that_over_commit_are_all_learned_in_creation_order() -> None:
     # Their containers already see the cards: the agent cannot take them back, so it admits
     # them (and logs the over-commit); new pods find the card full.
-    adm = GPUAdmission(lambda: CARDS, ready_wait_s=0.0, monotonic=Clock())
+    adm = NodeAdmission(lambda: CARDS, ready_wait_s=0.0, monotonic=Clock())
     adm.observe(
         [
             running("uid-late", share(0, 80, 80, 64), created="2026-01-02T00:00:00Z"),
@@ -181,7 +181,7 @@ def test_running_pods_that_over_commit_are_all_learned_in_creation_order() -> No
 
 
 def test_a_running_pod_with_an_unreadable_annotation_holds_every_card() -> None:
-    adm = GPUAdmission(lambda: CARDS, ready_wait_s=0.0, monotonic=Clock())
+    adm = NodeAdmission(lambda: CARDS, ready_wait_s=0.0, monotonic=Clock())
     adm.observe([running("uid-x", "{not json")], listed_at=50.0)
     for minor in (0, 1):
         assert adm.decide(f"uid-{minor}", "ns", "p", share(minor, 1, 1, 1)).outcome == OVERCOMMIT
@@ -201,7 +201,7 @@ def test_a_refused_pod_is_never_learned_as_admitted() -> None:
 
 def test_before_the_first_pod_list_nothing_is_admitted() -> None:
     refused: list[Refusal] = []
-    adm = GPUAdmission(lambda: CARDS, on_refused=refused.append, ready_wait_s=0.0)
+    adm = NodeAdmission(lambda: CARDS, on_refused=refused.append, ready_wait_s=0.0)
     verdict = adm.decide("uid-a", "ns", "a", share(0, 1, 1, 1))
     assert verdict.outcome == NOT_READY
     assert refused == []  # not the pod's fault: it is not failed
