@@ -42,6 +42,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -179,7 +180,7 @@ class NodeAdmission:
     def overcommitted(self) -> list[str]:
         """Learned running pods that did not fit beside those learned before them."""
         with self._lock:
-            return [uid for uid in self._overcommitted if uid in self._admitted]
+            return list(self._overcommitted)
 
     def decide(self, uid: str, namespace: str, name: str, allocation: str) -> Verdict:
         """May the pod's containers see the devices of ``allocation`` (its annotation text)?"""
@@ -305,7 +306,9 @@ class PodStatusAPI(Protocol):
 
 class PodFailer:
     """Writes refused pods' status on its own thread: ``fail`` never blocks nor raises (a full
-    queue drops the write, logged); a failed write is retried ``attempts`` times in all."""
+    queue drops the write, logged); a failed write is tried ``attempts`` times in all, waiting
+    ``backoff_s`` times the attempt's number between tries (none after the last); ``stop``
+    ends a wait at once."""
 
     def __init__(
         self,
@@ -335,6 +338,7 @@ class PodFailer:
         if self._thread is not None:
             raise RuntimeError("PodFailer already started")
         self._stop.clear()
+        self._drop_stop_markers()
         self._thread = threading.Thread(target=self._run, name="koordlet-pod-failer", daemon=True)
         self._thread.start()
 
@@ -344,6 +348,18 @@ class PodFailer:
             return
         self._stop.set()
         stop_worker(self._queue, thread)
+
+    def _drop_stop_markers(self) -> None:
+        """A worker stopped in a backoff left its stop marker queued (it never read it): take
+        it out so that a restarted worker does not end at once; the pods queued stay."""
+        kept = []
+        with contextlib.suppress(queue.Empty):
+            while True:
+                item = self._queue.get_nowait()
+                if item is not None:
+                    kept.append(item)
+        for namespace, name, uid, reason, message in kept:
+            self.fail(namespace, name, uid, reason, message)
 
     def _run(self) -> None:
         while True:
@@ -364,5 +380,5 @@ class PodFailer:
                         attempt=attempt,
                         error=str(exc),
                     )
-                    if self._stop.wait(self._backoff_s * attempt):
+                    if attempt < self._attempts and self._stop.wait(self._backoff_s * attempt):
                         return
