@@ -35,7 +35,7 @@ Invariants:
   would start the container unchanged, i.e. with the image's ``NVIDIA_VISIBLE_DEVICES=all``.)
 - Node-side admission (``PodAdmission``, when wired): before a container is handed any card,
   the pod is admitted by the node; a refused pod's containers get ``void`` (denial reason
-  ``gpu-overcommit`` or ``admission-not-ready``), like every other failure.  Containers that
+  ``device-overcommit`` or ``admission-not-ready``), like every other failure.  Containers that
   get no card (``void`` anyway) do not ask.
 - A pod without ``device-allocated`` is echoed unchanged; when its container is created with
   device-plugin GPU ids in ``NVIDIA_VISIBLE_DEVICES`` they are reported to the
