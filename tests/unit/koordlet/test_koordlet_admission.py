@@ -19,6 +19,7 @@ from koordlet.admission import (
     NodeDevice,
     PodFailer,
     Refusal,
+    Verdict,
     gpu_devices,
     nic_devices,
 )
@@ -88,6 +89,11 @@ CASES = [
     pytest.param(share(0, 10, 10, 50), share(0, 10, 10, 30), ADMITTED, id="memory-fits"),
     pytest.param(share(0, 100, 100, 80), share(1, 100, 100, 80), ADMITTED, id="other-card"),
     pytest.param(share(0, 1, 1, 1), share(7, 10, 10, 1), OVERCOMMIT, id="card-not-on-node"),
+    # a resource an entry does not name, it does not take (nor is it asked of the card)
+    pytest.param(alloc((0, {CORE: "100"})), alloc((0, {RATIO: "100", MEM: "80Gi"})), ADMITTED,
+                 id="core-only-leaves-memory"),
+    pytest.param(alloc((0, {RATIO: "100", MEM: "80Gi"})), alloc((0, {CORE: "100"})), ADMITTED,
+                 id="memory-only-leaves-core"),
     # The one counting rule (read_allocations + held_amounts): an invalid entry holds its
     # card whole, whatever it claims; valid entries beside it count as written.
     pytest.param(alloc((0, {CORE: "-100", RATIO: "10", MEM: "1Gi"})), share(0, 1, 1, 1),
@@ -131,7 +137,8 @@ def test_decisions_are_sticky_and_refused_once() -> None:
     assert adm.decide("uid-b", "ns", "b", share(0, 10, 10, 8)).outcome == OVERCOMMIT
     # every later container of either pod gets the same answer; the refusal is reported once
     assert adm.decide("uid-a", "ns", "a", share(0, 100, 100, 80)).outcome == ADMITTED
-    assert adm.decide("uid-b", "ns", "b", share(0, 10, 10, 8)).outcome == OVERCOMMIT
+    again = adm.decide("uid-b", "ns", "b", share(0, 10, 10, 8))
+    assert (again.outcome, again.message) == (OVERCOMMIT, refused[0].message)
     assert len(refused) == 1
     # a refused pod never holds anything: a third pod that fits beside a still fits
     assert adm.decide("uid-c", "ns", "c", share(1, 100, 100, 80)).outcome == ADMITTED
@@ -476,7 +483,9 @@ def test_a_running_pod_holding_a_vf_is_learned_with_it() -> None:
 
 
 def test_nic_devices_publish_what_the_device_cr_says() -> None:
-    assert NICS[0] == NodeDevice("rdma", 0, {RDMA: 100}, frozenset({VF_A2, VF_A3}))
+    nic = NIC(NIC_B, 3, False, 1, "pci0000:ae", (VF_B2, "0000:5e:00.3"))
+    assert nic_devices([nic]) == [
+        NodeDevice("rdma", 3, {RDMA: 100}, frozenset({VF_B2, "0000:5e:00.3"}))]
     assert gpu_devices([GPU("GPU-9", 9, memory_total=GI)]) == [
         NodeDevice("gpu", 9, {CORE: 100, RATIO: 100, MEM: GI})]
 
@@ -590,10 +599,11 @@ def test_stop_ends_a_backoff_at_once_and_start_again_resumes() -> None:
     failer.start()
     worker = [t for t in threading.enumerate() if t.name == "koordlet-pod-failer"]
     assert len(worker) == 1 and worker[0].daemon  # never keeps the agent's process alive
-    with pytest.raises(RuntimeError, match="already started"):
+    with pytest.raises(RuntimeError, match=r"^PodFailer already started$"):
         failer.start()
     failer.fail("ns", "a", "uid-a", "R", "m")
     wait_for(lambda: len(api.names()) == 1)  # failed once; now in a 30 s backoff
+    failer.fail("ns", "c", "uid-c", "DeviceOvercommit", "VF held")  # queued behind it
     began = time.monotonic()
     failer.stop()
     assert time.monotonic() - began < 5.0 and not worker[0].is_alive()
@@ -602,10 +612,13 @@ def test_stop_ends_a_backoff_at_once_and_start_again_resumes() -> None:
     failer.start()  # a restarted failer waits its backoffs again (the stop is cleared)
     try:
         failer.fail("ns", "b", "uid-b", "R", "m")
-        wait_for(lambda: failer.written == 1)
+        wait_for(lambda: failer.written == 2)
     finally:
         failer.stop()
-    assert api.names() == ["a", "b"]
+    # the pod queued when it stopped is written after the restart, as it was queued
+    assert [args for args, _ in api.calls] == [
+        ("ns", "a", "uid-a", "R", "m"), ("ns", "c", "uid-c", "DeviceOvercommit", "VF held"),
+        ("ns", "b", "uid-b", "R", "m")]  # fmt: skip
 
 
 def test_the_documented_defaults() -> None:
@@ -624,3 +637,59 @@ def test_the_documented_defaults() -> None:
     finally:
         failer.stop()
     assert api.names() == ["a", "a", "a", "b"]
+    # tries 1 s apart (then 2 s): one failure, then the write
+    api = StatusAPI(failures=1)
+    failer = PodFailer(api)
+    failer.start()
+    try:
+        failer.fail("ns", "a", "uid-a", "R", "m")
+        wait_for(lambda: failer.written == 1)
+    finally:
+        failer.stop()
+    times = [t for _, t in api.calls]
+    assert 1.0 <= times[1] - times[0] < 1.9
+
+
+def test_decide_waits_one_second_for_the_first_pod_list_by_default() -> None:
+    adm = NodeAdmission(lambda: CARDS)
+    began = time.monotonic()
+    verdict = adm.decide("uid-a", "ns", "a", share(0, 1, 1, 1))
+    assert 1.0 <= time.monotonic() - began < 1.9
+    assert verdict == Verdict(NOT_READY, "the agent has not listed the node's pods yet")
+
+
+def test_a_resource_a_pod_does_not_ask_is_not_held_against_it() -> None:
+    # learned pods over-commit card 0's core; a pod asking no core still fits beside them
+    adm = NodeAdmission(lambda: CARDS, ready_wait_s=0.0, monotonic=Clock())
+    adm.observe([running("uid-a", share(0, 80, 10, 8)), running("uid-b", share(0, 80, 10, 8))],
+                listed_at=50.0)
+    assert adm.decide("uid-c", "ns", "c", alloc((0, {RATIO: "10", MEM: "8Gi"}))).outcome == ADMITTED
+    verdict = adm.decide("uid-d", "ns", "d", share(0, 1, 1, 1))
+    assert verdict.message == (
+        "GPU 0 would be over-committed: koordinator.sh/gpu-core 1 requested, 160 held by "
+        "admitted pods (ns/c, ns/uid-a, ns/uid-b), 100 on the device")
+
+
+def test_more_than_a_device_has_is_refused_even_alone() -> None:
+    adm, _ = ledger()
+    assert adm.decide("uid-a", "ns", "a", share(0, 10, 10, 81)).message == (
+        "GPU 0 would be over-committed: koordinator.sh/gpu-memory 86973087744 requested, "
+        "0 held by admitted pods (none), 85899345920 on the device")
+
+
+def test_a_resource_a_device_does_not_declare_it_does_not_have() -> None:
+    adm, _ = ledger(devices=[NodeDevice("fpga", 0, {})], types=("fpga",))
+    verdict = adm.decide("uid-a", "ns", "a", devices(fpga=[{"minor": 0, "resources": {
+        FPGA: "1"}}]))  # fmt: skip
+    assert verdict.message == (
+        "FPGA 0 would be over-committed: koordinator.sh/fpga 1 requested, "
+        "0 held by admitted pods (none), 0 on the device")
+
+
+def test_vfs_of_a_type_the_node_does_not_serve_do_not_hide_the_served_ones() -> None:
+    adm, _ = ledger(devices=NODE, types=("gpu", "rdma"))
+    adm.decide("uid-a", "ns", "a", vf(VF_A3))
+    both = devices(fpga=[{"minor": 0, "resources": {FPGA: "1"},
+                          "extension": {"vfs": [{"busID": "0000:aa:00.1"}]}}],
+                   rdma=[rdma(0, 1, VF_A3)])  # fmt: skip
+    assert adm.decide("uid-b", "ns", "b", both).outcome == OVERCOMMIT
