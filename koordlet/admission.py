@@ -1,22 +1,31 @@
-"""Node-side GPU admission: a pod's cards must fit beside the pods the node already admitted.
+"""Node-side device admission: a pod's devices must fit beside the pods the node already admitted.
 
 Role: the kubelet refuses a pod that does not fit in CPU or memory (``OutOfcpu``); nothing
-refused a pod whose GPU shares do not fit, and other binders than koord-scheduler share the
-node (a default scheduler, a gpushare extender, a replica that lost its lease mid-write).
-``GPUAdmission`` is the agent's ledger of admitted pods; the runtime hook asks it
-(``decide``) before a container of a pod is handed any card, and every pod list of the sync
-loop updates it (``observe``). ``PodFailer`` writes a refused pod's status (phase ``Failed``,
-reason ``GPUOvercommit``) off the RPC's thread, as kubelet admission does.
+refused a pod whose GPU shares or RDMA VFs are already taken, and other binders than
+koord-scheduler share the node (a default scheduler, a gpushare extender, a replica that lost
+its lease mid-write). ``NodeAdmission`` is the agent's ledger of admitted pods over every
+device type the node serves; the runtime hooks ask it (``decide``) before a container of a pod
+is handed any card or VF, and every pod list of the sync loop updates it (``observe``).
+``PodFailer`` writes a refused pod's status (phase ``Failed``, reason ``DeviceOvercommit``) off
+the RPC's thread, as kubelet admission does.
 
 Invariants:
 
 - What an annotation holds is the one rule of the scheduler (``apis.allocation``
-  ``read_allocations`` + ``held_amounts``): valid entries their amounts, an invalid entry its
-  card whole, an annotation that does not decode every card of the node whole.
-- A pod fits when, on every card it holds, for each of ``gpu-core``, ``gpu-memory-ratio`` and
-  ``gpu-memory`` it asks a positive amount of, the admitted pods' sum plus its own stays within
-  the card's capacity (100, 100, the card's memory). A card the node does not have has no
-  capacity. Only GPUs are checked.
+  ``read_allocations`` + ``held_amounts``): valid entries their amounts and the VFs they name,
+  an invalid entry its device whole, an annotation that does not decode every device of the
+  node whole.
+- Only the device types the node serves (``device_types``: the ones its hooks hand out) are
+  checked; entries of other types hold nothing here.
+- A pod fits when (a) on every device it holds, for each of its type's resources
+  (``ALLOCATED_RESOURCES``, the scheduler's ledger rows: ``gpu-core``, ``gpu-memory-ratio``,
+  ``gpu-memory``; ``rdma``; ``fpga``) it asks a positive amount of, the admitted pods' sum plus
+  its own stays within the device's capacity (100 per percent, the card's memory); and (b)
+  every VF it names is a VF of the named NIC on this node that no admitted pod names (a VF is
+  one device: never two holders, as the scheduler's ``vfs_taken``). A NIC entry without VFs
+  (the PF itself) takes its ``rdma`` amount only; a whole-NIC holder (100) leaves no room for
+  a VF holder (each takes at least 1), and the other way round. A device the node does not
+  have has no capacity.
 - Decisions are sticky: an admitted pod stays admitted, a refused pod stays refused (and is
   reported once, through ``on_refused``), until a pod list started after the decision no
   longer has the pod (deleted, or ``Succeeded``/``Failed``: the lists leave those out).
@@ -26,26 +35,36 @@ Invariants:
   (phase ``Running``, or a container status running or terminated) and that is not decided
   yet — pods running when the agent started, pods started while the hook was not called. They
   are learned in creation order (then uid) and admitted even when they over-commit (their
-  containers already see the cards; that is logged and kept in ``overcommitted``).
+  containers already see the devices; that is logged and kept in ``overcommitted``).
 - Until the first pod list the node's running pods are unknown: ``decide`` waits at most
   ``ready_wait_s`` for it, then answers ``NOT_READY`` (not a refusal: the pod is not failed).
 """
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Final, Protocol
 
 import structlog
 
-from apis.allocation import AllocationReading, held_amounts, read_allocations
-from apis.resources import DEVICE_GPU, GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO
+from apis.allocation import ALLOCATED_RESOURCES, AllocationReading, held_amounts, read_allocations
+from apis.resources import (
+    DEVICE_FPGA,
+    DEVICE_GPU,
+    DEVICE_RDMA,
+    GPU_CORE,
+    GPU_MEMORY,
+    GPU_MEMORY_RATIO,
+    RDMA,
+)
 from koordlet.devices.library import GPU
+from koordlet.devices.rdma import NIC
 from koordlet.events import stop_worker
 from koordlet.pods.record import PodRecord
 
@@ -54,34 +73,48 @@ __all__ = [
     "NOT_READY",
     "OVERCOMMIT",
     "POD_REASON",
-    "Card",
-    "GPUAdmission",
+    "NodeAdmission",
+    "NodeDevice",
     "PodFailer",
     "PodStatusAPI",
     "Refusal",
     "Verdict",
-    "gpu_cards",
+    "gpu_devices",
+    "nic_devices",
 ]
 
 log = structlog.get_logger("koordlet.admission")
 
 ADMITTED: Final = "admitted"
-OVERCOMMIT: Final = "gpu-overcommit"
+OVERCOMMIT: Final = "device-overcommit"
 NOT_READY: Final = "admission-not-ready"
-POD_REASON: Final = "GPUOvercommit"
+POD_REASON: Final = "DeviceOvercommit"
 """The refused pod's ``status.reason`` and its event's reason (kubelet's ``OutOfcpu``)."""
 
-_DIMENSIONS: Final = (GPU_CORE, GPU_MEMORY_RATIO, GPU_MEMORY)
 _FULL: Final = 100
-
-Card = tuple[str, int, Mapping[str, int]]
-"""(device type, minor, capacity) as ``held_amounts`` reads the node's devices."""
+_NAMES: Final = {DEVICE_GPU: "GPU", DEVICE_RDMA: "RDMA NIC", DEVICE_FPGA: "FPGA"}
 
 
-def gpu_cards(gpus: Iterable[GPU]) -> list[Card]:
-    """The node's cards with the capacity the agent publishes on the Device CR."""
+@dataclass(frozen=True, slots=True)
+class NodeDevice:
+    """A device the node serves, with the capacity the agent publishes on the Device CR."""
+
+    device_type: str
+    minor: int
+    capacity: Mapping[str, int]
+    vfs: frozenset[str] = frozenset()
+    """The bus ids of its SR-IOV virtual functions (an RDMA NIC's)."""
+
+
+def gpu_devices(gpus: Iterable[GPU]) -> list[NodeDevice]:
+    """The node's cards: 100 % of core and memory ratio, their memory."""
     full = {GPU_CORE: _FULL, GPU_MEMORY_RATIO: _FULL}
-    return [(DEVICE_GPU, g.minor, {**full, GPU_MEMORY: g.memory_total}) for g in gpus]
+    return [NodeDevice(DEVICE_GPU, g.minor, {**full, GPU_MEMORY: g.memory_total}) for g in gpus]
+
+
+def nic_devices(nics: Iterable[NIC]) -> list[NodeDevice]:
+    """The node's RDMA NICs: 100 % ``rdma`` each (``rdma_device_info``), and their VFs."""
+    return [NodeDevice(DEVICE_RDMA, n.minor, {RDMA: _FULL}, frozenset(n.vfs)) for n in nics]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,18 +143,23 @@ class _Entry:
     refusal: str = ""  # why it was refused ("" for an admitted pod)
 
 
-class GPUAdmission:
-    """The ledger of the pods admitted to the node's GPUs; see the module docstring."""
+class NodeAdmission:
+    """The ledger of the pods admitted to the node's devices; see the module docstring."""
 
     def __init__(
         self,
-        cards: Callable[[], Sequence[Card]],
+        devices: Callable[[], Sequence[NodeDevice]],
         *,
+        device_types: Collection[str] = (DEVICE_GPU,),
         on_refused: Callable[[Refusal], None] | None = None,
         ready_wait_s: float = 1.0,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._cards = cards
+        unknown = set(device_types) - set(ALLOCATED_RESOURCES)
+        if unknown:
+            raise ValueError(f"no admission rule for device types {sorted(unknown)}")
+        self._devices = devices
+        self._types = frozenset(device_types)
         self._on_refused = on_refused
         self._ready_wait_s = ready_wait_s
         self._monotonic = monotonic
@@ -142,10 +180,10 @@ class GPUAdmission:
     def overcommitted(self) -> list[str]:
         """Learned running pods that did not fit beside those learned before them."""
         with self._lock:
-            return [uid for uid in self._overcommitted if uid in self._admitted]
+            return list(self._overcommitted)
 
     def decide(self, uid: str, namespace: str, name: str, allocation: str) -> Verdict:
-        """May the pod's containers see the cards of ``allocation`` (its annotation text)?"""
+        """May the pod's containers see the devices of ``allocation`` (its annotation text)?"""
         if not self._ready.wait(self._ready_wait_s):
             return Verdict(NOT_READY, "the agent has not listed the node's pods yet")
         with self._lock:
@@ -154,13 +192,13 @@ class GPUAdmission:
             if uid in self._refused:
                 return Verdict(OVERCOMMIT, self._refused[uid].refusal)
             entry = _Entry(namespace, name, read_allocations(allocation), self._monotonic())
-            problem = self._misfit(entry.reading, list(self._cards()))
+            problem = self._misfit(entry.reading, list(self._devices()))
             if problem is None:
                 self._admitted[uid] = entry
                 return Verdict(ADMITTED)
             self._refused[uid] = replace(entry, refusal=problem)
         log.warning(
-            "pod refused at the node: its GPUs would be over-committed",
+            "pod refused at the node: its devices would be over-committed",
             pod=f"{namespace}/{name}",
             uid=uid,
             reason=problem,
@@ -193,16 +231,16 @@ class GPUAdmission:
                 ),
                 key=lambda p: (p.created, p.uid),
             )
-            cards = list(self._cards()) if learn else []
+            devices = list(self._devices()) if learn else []
             for p in learn:
                 assert p.allocation is not None
                 entry = _Entry(p.namespace, p.name, read_allocations(p.allocation), listed_at)
-                problem = self._misfit(entry.reading, cards)
+                problem = self._misfit(entry.reading, devices)
                 self._admitted[p.uid] = entry
                 if problem is not None:
                     self._overcommitted.append(p.uid)
                     log.warning(
-                        "running pod over-commits a GPU: admitted, its containers see the card",
+                        "running pod over-commits a device: admitted, its containers see it",
                         pod=f"{p.namespace}/{p.name}",
                         uid=p.uid,
                         reason=problem,
@@ -210,32 +248,52 @@ class GPUAdmission:
             self._overcommitted = [u for u in self._overcommitted if u in self._admitted]
         self._ready.set()
 
-    def _misfit(self, reading: AllocationReading, cards: Sequence[Card]) -> str | None:
+    def _held(
+        self, reading: AllocationReading, cards: Sequence[tuple[str, int, Mapping[str, int]]]
+    ) -> list[tuple[str, int, dict[str, int]]]:
+        """What ``reading`` holds of the served device types (the one counting rule)."""
+        return [h for h in held_amounts(reading, cards) if h[0] in self._types]
+
+    def _misfit(self, reading: AllocationReading, devices: Sequence[NodeDevice]) -> str | None:
         """Why ``reading`` does not fit beside the admitted pods (None: it fits)."""
-        capacity = {minor: cap for kind, minor, cap in cards if kind == DEVICE_GPU}
-        used: dict[int, dict[str, int]] = defaultdict(lambda: dict.fromkeys(_DIMENSIONS, 0))
-        holders: dict[int, list[str]] = defaultdict(list)
+        cards = [(d.device_type, d.minor, d.capacity) for d in devices]
+        by_key = {(d.device_type, d.minor): d for d in devices}
+        used: dict[tuple[str, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        holders: dict[tuple[str, int], list[str]] = defaultdict(list)
+        vf_holders: dict[str, str] = {}
         for entry in self._admitted.values():
-            for kind, minor, amounts in held_amounts(entry.reading, cards):
-                if kind != DEVICE_GPU:
-                    continue
-                for dim in _DIMENSIONS:
-                    used[minor][dim] += amounts.get(dim, 0)
-                holders[minor].append(f"{entry.namespace}/{entry.name}")
-        for kind, minor, amounts in held_amounts(reading, cards):
-            if kind != DEVICE_GPU:
-                continue
-            if minor not in capacity:
-                return f"GPU {minor} is not a card of this node"
-            for dim in _DIMENSIONS:
+            pod = f"{entry.namespace}/{entry.name}"
+            for kind, minor, amounts in self._held(entry.reading, cards):
+                for dim in ALLOCATED_RESOURCES[kind]:
+                    used[(kind, minor)][dim] += amounts.get(dim, 0)
+                holders[(kind, minor)].append(pod)
+            for _, _, named in entry.reading.vfs:
+                for _, bus_id in named:
+                    vf_holders.setdefault(bus_id, pod)
+        for kind, minor, amounts in self._held(reading, cards):
+            device = by_key.get((kind, minor))
+            if device is None:
+                return f"{_NAMES[kind]} {minor} is not a device of this node"
+            for dim in ALLOCATED_RESOURCES[kind]:
                 need = amounts.get(dim, 0)
-                have = used[minor][dim]
-                if need > 0 and have + need > capacity[minor].get(dim, 0):
-                    names = ", ".join(sorted(holders[minor])) or "none"
+                have = used[(kind, minor)][dim]
+                if need > 0 and have + need > device.capacity.get(dim, 0):
+                    names = ", ".join(sorted(holders[(kind, minor)])) or "none"
                     return (
-                        f"GPU {minor} would be over-committed: {dim} {need} requested, "
-                        f"{have} held by admitted pods ({names}), "
-                        f"{capacity[minor].get(dim, 0)} on the card"
+                        f"{_NAMES[kind]} {minor} would be over-committed: {dim} {need} "
+                        f"requested, {have} held by admitted pods ({names}), "
+                        f"{device.capacity.get(dim, 0)} on the device"
+                    )
+        for kind, minor, named in reading.vfs:
+            if kind not in self._types:
+                continue
+            for _, bus_id in named:
+                if bus_id not in by_key[(kind, minor)].vfs:
+                    return f"{bus_id!r} is not a VF of {_NAMES[kind]} {minor} on this node"
+                if bus_id in vf_holders:
+                    return (
+                        f"VF {bus_id} of {_NAMES[kind]} {minor} is held by an admitted pod "
+                        f"({vf_holders[bus_id]})"
                     )
         return None
 
@@ -248,7 +306,9 @@ class PodStatusAPI(Protocol):
 
 class PodFailer:
     """Writes refused pods' status on its own thread: ``fail`` never blocks nor raises (a full
-    queue drops the write, logged); a failed write is retried ``attempts`` times in all."""
+    queue drops the write, logged); a failed write is tried ``attempts`` times in all, waiting
+    ``backoff_s`` times the attempt's number between tries (none after the last); ``stop``
+    ends a wait at once."""
 
     def __init__(
         self,
@@ -278,6 +338,7 @@ class PodFailer:
         if self._thread is not None:
             raise RuntimeError("PodFailer already started")
         self._stop.clear()
+        self._drop_stop_markers()
         self._thread = threading.Thread(target=self._run, name="koordlet-pod-failer", daemon=True)
         self._thread.start()
 
@@ -287,6 +348,18 @@ class PodFailer:
             return
         self._stop.set()
         stop_worker(self._queue, thread)
+
+    def _drop_stop_markers(self) -> None:
+        """A worker stopped in a backoff left its stop marker queued (it never read it): take
+        it out so that a restarted worker does not end at once; the pods queued stay."""
+        kept = []
+        with contextlib.suppress(queue.Empty):
+            while True:
+                item = self._queue.get_nowait()
+                if item is not None:
+                    kept.append(item)
+        for namespace, name, uid, reason, message in kept:
+            self.fail(namespace, name, uid, reason, message)
 
     def _run(self) -> None:
         while True:
@@ -307,5 +380,5 @@ class PodFailer:
                         attempt=attempt,
                         error=str(exc),
                     )
-                    if self._stop.wait(self._backoff_s * attempt):
+                    if attempt < self._attempts and self._stop.wait(self._backoff_s * attempt):
                         return

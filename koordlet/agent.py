@@ -24,9 +24,11 @@ Invariants:
 - ``toolkit`` (the NVIDIA container toolkit's config, ``koordlet.devices.toolkit``): its
   verdict is logged at start and on change, exported as ``koordlet_gpu_isolation`` and shown
   on ``/readyz``; it fails readiness only with ``require_gpu_isolation``.
-- Node-side GPU admission (``koordlet.admission``): every pod list feeds ``admission``; a pod
-  it refuses is counted, gets a Warning event ``GPUOvercommit`` and its status is set
-  ``Failed`` (reason ``GPUOvercommit``) off the RPC's thread, when a ``status_api`` is given.
+- Node-side device admission (``koordlet.admission``) over the node's GPUs and, with a sysfs
+  root, its RDMA NICs and VFs (re-read at each decision): every pod list feeds ``admission``;
+  a pod it refuses is counted, gets a Warning event ``DeviceOvercommit`` and its status is set
+  ``Failed`` (reason ``DeviceOvercommit``) off the RPC's thread, when a ``status_api`` is
+  given.
 """
 
 from __future__ import annotations
@@ -41,7 +43,17 @@ from prometheus_client import CollectorRegistry
 
 from apis.checkpoint import PodDeviceEntry
 from apis.device import Device
-from koordlet.admission import POD_REASON, GPUAdmission, PodFailer, PodStatusAPI, Refusal, gpu_cards
+from apis.resources import DEVICE_GPU, DEVICE_RDMA
+from koordlet.admission import (
+    POD_REASON,
+    NodeAdmission,
+    NodeDevice,
+    PodFailer,
+    PodStatusAPI,
+    Refusal,
+    gpu_devices,
+    nic_devices,
+)
 from koordlet.devices.health import HealthTracker, HealthWatcher, probe_all
 from koordlet.devices.library import GPU, DeviceLibrary, Discovery
 from koordlet.devices.rdma import discover_rdma
@@ -189,8 +201,10 @@ class Agent:
         self.pods = PodCache(pod_getter)
         self.events = EventRecorder(event_api, node_name) if event_api is not None else None
         self.pod_failer = PodFailer(status_api) if status_api is not None else None
-        self.admission = GPUAdmission(
-            lambda: gpu_cards(self.inventory.gpus), on_refused=self._refused
+        self.admission = NodeAdmission(
+            self._admission_devices,
+            device_types=(DEVICE_GPU,) if sysfs_root is None else (DEVICE_GPU, DEVICE_RDMA),
+            on_refused=self._refused,
         )
         self.syncer = DeviceSyncer(
             api,
@@ -247,6 +261,13 @@ class Agent:
         entries = self.hot_devices.merged(self.checkpoint.read())
         return normalize_entries(entries, self.inventory.gpus, self.inventory.library.mig_parent)
 
+    def _admission_devices(self) -> list[NodeDevice]:
+        """The devices the node's hooks hand out: its cards, and its RDMA NICs (read now)."""
+        devices = gpu_devices(self.inventory.gpus)
+        if self.inventory.sysfs_root is not None:
+            devices += nic_devices(discover_rdma(self.inventory.sysfs_root))
+        return devices
+
     def _pods_listed(self, pods: NodePods, listed_at: float) -> None:
         self.pods.replace(pods.records.values(), listed_at)
         self.admission.observe(pods.records.values(), listed_at)
@@ -284,7 +305,7 @@ class Agent:
     def _refused(self, refusal: Refusal) -> None:
         """A pod refused at the node: count it, post an event, set it Failed (never blocks)."""
         self.metrics.admission_refusal()
-        message = f"Pod was rejected by the node's GPU admission: {refusal.message}"
+        message = f"Pod was rejected by the node's device admission: {refusal.message}"
         if self.events is not None:
             self.events.warn(refusal.namespace, refusal.name, refusal.uid, POD_REASON, message)
         if self.pod_failer is not None:

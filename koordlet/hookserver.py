@@ -24,10 +24,10 @@ With ``pods`` (the agent's ``PodCache``) the GPU hook works per container and fa
 this module adapts the agent to the hooks' ports (``runtimehooks.ports``): the cache's
 records become ``PodSpec``s, ``PodMissing``/``PodUnavailable`` become ``PodLookupError``s,
 denials go to ``on_denied``, device-plugin ids to ``on_kubelet_devices``, and with
-``admission`` (the agent's ``GPUAdmission``) the GPU hook admits a pod at the node before its
-containers see its cards; ``kubelet_gpus`` (the agent's ``KubeletGrants``) says which GPUs the
-kubelet's device plugins gave a container (without it, no container outside our allocations
-sees a GPU).
+``admission`` (the agent's ``NodeAdmission``) the GPU and RDMA hooks admit a pod at the node
+before its containers see its cards or RDMA devices; ``kubelet_gpus`` (the agent's
+``KubeletGrants``) says which GPUs the kubelet's device plugins gave a container (without it,
+no container outside our allocations sees a GPU).
 
 With ``sysfs_root`` the RDMA hook runs; with ``cdi_dir`` too, it delivers the devices through
 CDI spec files there (``runtimehooks.cdi``), removed at PostStopPodSandbox and, through
@@ -45,7 +45,7 @@ from typing import Any, Final
 import structlog
 
 from apis.fairshare import DefaultLimit
-from koordlet.admission import ADMITTED, GPUAdmission
+from koordlet.admission import ADMITTED, NodeAdmission
 from koordlet.fairshare.server import FairShareServer
 from koordlet.pods.cache import PodCache, PodMissing, PodUnavailable
 from koordlet.pods.fairshare import FairSharePod
@@ -84,7 +84,7 @@ def _hook_ports(
     pods: PodCache,
     on_denied: OnDenied | None,
     on_kubelet_devices: OnKubeletDevices | None,
-    admission: GPUAdmission | None = None,
+    admission: NodeAdmission | None = None,
 ) -> dict[str, Any]:
     """The runtimehooks ports over the agent's pod cache (imports runtimehooks lazily)."""
     from runtimehooks.context import PodMeta
@@ -212,7 +212,7 @@ class HookService:
         pods: PodCache | None = None,
         on_denied: OnDenied | None = None,
         on_kubelet_devices: OnKubeletDevices | None = None,
-        admission: GPUAdmission | None = None,
+        admission: NodeAdmission | None = None,
         sysfs_root: str | os.PathLike[str] | None = None,
         cdi_dir: str | os.PathLike[str] = "",
         kubelet_gpus: KubeletGPUs | None = None,
@@ -247,7 +247,8 @@ class HookService:
                 _fairshare_hook(fairshare, ports.get("denials")) if fairshare is not None else None
             ),
             rdma=(
-                RDMAHook(sysfs_root, denials=ports.get("denials"), cdi=self.cdi)
+                RDMAHook(sysfs_root, denials=ports.get("denials"), cdi=self.cdi,
+                         admission=ports.get("admission"))
                 if sysfs_root is not None else None
             ),
             **ports,
@@ -318,7 +319,7 @@ def hook_service(
     pods: PodCache | None = None,
     on_denied: OnDenied | None = None,
     on_kubelet_devices: OnKubeletDevices | None = None,
-    admission: GPUAdmission | None = None,
+    admission: NodeAdmission | None = None,
     sysfs_root: str | os.PathLike[str] | None = None,
     cdi_dir: str | os.PathLike[str] = "",
     kubelet_gpus: KubeletGPUs | None = None,

@@ -94,8 +94,9 @@ class KoordletMetrics:
         )
         self.admission_refused = Counter(
             "koordlet_gpu_admission_refused",
-            "Pods refused at the node because their GPU shares would over-commit a card "
-            "beside the pods already admitted (set Failed, reason GPUOvercommit).",
+            "Pods refused at the node because their device shares would over-commit a device, "
+            "or a VF they name is held, beside the pods already admitted (set Failed, reason "
+            "DeviceOvercommit).",
             registry=registry,
         )
 

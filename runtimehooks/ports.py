@@ -1,4 +1,4 @@
-"""What the hooks need from the node agent: the pod's spec, its node-side GPU admission, and
+"""What the hooks need from the node agent: the pod's spec, its node-side admission, and
 where denials and kubelet devices go.
 
 Role: the ports between the pure hooks (``runtimehooks/hooks/``) and the agent that serves
@@ -30,8 +30,8 @@ from runtimehooks.context import PodMeta
 
 __all__ = [
     "REASON_ADMISSION_NOT_READY",
+    "REASON_DEVICE_OVERCOMMIT",
     "REASON_GPU_NOT_ALLOCATED",
-    "REASON_GPU_OVERCOMMIT",
     "REASON_INTERNAL_ERROR",
     "REASON_INVALID_ALLOCATION",
     "REASON_POD_LOOKUP_ERROR",
@@ -53,8 +53,8 @@ REASON_INVALID_ALLOCATION: Final = "invalid-allocation"
 REASON_POD_NOT_FOUND: Final = "pod-not-found"
 REASON_POD_LOOKUP_ERROR: Final = "pod-lookup-error"
 REASON_INTERNAL_ERROR: Final = "internal-error"
-REASON_GPU_OVERCOMMIT: Final = "gpu-overcommit"
-"""The pod's cards do not fit beside the pods the node already admitted."""
+REASON_DEVICE_OVERCOMMIT: Final = "device-overcommit"
+"""The pod's devices (card shares, VFs) do not fit beside the pods the node already admitted."""
 REASON_GPU_NOT_ALLOCATED: Final = "gpu-not-allocated"
 """The container asked for GPUs (an environment variable, a CDI annotation) that no allocator
 of the node gave it: it gets none, or only the ones it was given."""
@@ -115,7 +115,7 @@ class PodSource(Protocol):
 
 
 class AdmissionRefused(Exception):
-    """The node refuses the pod its cards; ``reason`` is a denial reason."""
+    """The node refuses the pod its devices; ``reason`` is a denial reason."""
 
     def __init__(self, reason: str, message: str) -> None:
         self.reason = reason
@@ -123,8 +123,8 @@ class AdmissionRefused(Exception):
 
 
 class PodAdmission(Protocol):
-    """The node's GPU admission: may this pod's containers see the cards its
-    ``device-allocated`` annotation names?"""
+    """The node's device admission: may this pod's containers see the devices (cards, RDMA
+    VFs and NICs) its ``device-allocated`` annotation names?"""
 
     def admit(self, pod: PodMeta, allocation: str) -> None:
         """Returns when the pod is admitted (now or before); raises ``AdmissionRefused``."""

@@ -38,7 +38,7 @@ Invariants:
   ``NVIDIA_VISIBLE_DEVICES=all``, under an operator's Ignore.)
 - Node-side admission (``PodAdmission``, when wired): before a container is handed any card,
   the pod is admitted by the node; a refused pod's containers get ``void`` (denial reason
-  ``gpu-overcommit`` or ``admission-not-ready``), like every other failure.  Containers that
+  ``device-overcommit`` or ``admission-not-ready``), like every other failure.  Containers that
   get no card (``void`` anyway) do not ask.
 - A container sees exactly the GPUs an allocator of the node gave it.  A container that no
   ``gpu`` entry covers (a pod without ``device-allocated``, or one without ``gpu`` entries) is

@@ -32,6 +32,11 @@ Invariants:
 - Hostile allocations are refused before sysfs is read for them: a bus id that is not a PCI
   address (``dddd:bb:dd.f``), a VF that is not a VF of the entry's NIC on this node, more than
   ``MAX_DEVICE_NODES`` device nodes.
+- Node-side admission (``PodAdmission``, when wired): before a container is handed any RDMA
+  device, the pod is admitted by the node (a VF another admitted pod holds, or a NIC share
+  beyond 100 %, refuses it). A refused or not yet admissible pod's containers get no RDMA
+  device (denial ``rdma-unavailable`` naming the admission's reason), like every other
+  failure; the pod's own refusal (``Failed``, event) is the admission's to report.
 - At PostStopPodSandbox (``stop_sandbox``) the pod's spec files are removed.
 """
 
@@ -56,7 +61,7 @@ from runtimehooks.cdi import (
     foreign_devices_removed,
 )
 from runtimehooks.context import ContainerContext, HookInputError, LinuxDevice, PodSandboxContext
-from runtimehooks.ports import Denial, DenialSink
+from runtimehooks.ports import AdmissionRefused, Denial, DenialSink, PodAdmission
 
 __all__ = ["CLEANUP_HOOK_NAME", "HOOK_NAME", "IB_DEV_DIR", "RDMA_CM", "REASON_RDMA_UNAVAILABLE",
            "RDMAHook", "rdma_devices"]
@@ -151,9 +156,11 @@ class RDMAHook:
     ``cdi``, their CDI spec written and named in the container's annotations)."""
 
     def __init__(self, sysfs_root: str | os.PathLike[str] = "/sys", *,
-                 denials: DenialSink | None = None, cdi: CDISpecs | None = None) -> None:
+                 denials: DenialSink | None = None, cdi: CDISpecs | None = None,
+                 admission: PodAdmission | None = None) -> None:
         self.sysfs_root = sysfs_root
         self._denials = denials
+        self._admission = admission
         self.cdi = cdi
 
     def __call__(self, ctx: ContainerContext) -> ContainerContext:
@@ -163,7 +170,12 @@ class RDMAHook:
             devices = rdma_devices(ctx.pod_annotations, self.sysfs_root)
             if not devices:
                 return self._sanitized(ctx, None)
+            if self._admission is not None:
+                raw = ctx.pod_annotations[ANNOTATION_DEVICE_ALLOCATED]
+                self._admission.admit(ctx.pod_meta, raw)
             own = self._deliver(ctx, devices)
+        except AdmissionRefused as err:
+            return self._deny(ctx, f"refused by the node's admission ({err.reason}): {err}")
         except UndecodableAllocation as err:
             return self._deny(ctx, str(err), report=False)
         except (HookInputError, CDIError) as err:

@@ -314,19 +314,60 @@ def test_a_pod_over_committing_a_running_pod_card_is_refused_failed_and_counted(
     a.start()
     try:
         _wait_for(lambda: a.admission.ready)
-        assert a.admission.decide("uid-b", "ns", "b", half).outcome == "gpu-overcommit"
+        assert a.admission.decide("uid-b", "ns", "b", half).outcome == "device-overcommit"
         assert a.admission.decide("uid-c", "ns", "c", half.replace('"minor":0', '"minor":1')
                                   ).outcome == "admitted"  # fmt: skip
         _wait_for(lambda: len(cluster.failed) == 1 and len(cluster.posted) == 1)
     finally:
         a.stop()
     ns, name, uid, reason, message = cluster.failed[0]
-    assert (ns, name, uid, reason) == ("ns", "b", "uid-b", "GPUOvercommit")
+    assert (ns, name, uid, reason) == ("ns", "b", "uid-b", "DeviceOvercommit")
     assert "GPU 0 would be over-committed" in message and "ns/a" in message
     event = cluster.posted[0]
-    assert (event["reason"], event["type"]) == ("GPUOvercommit", "Warning")
+    assert (event["reason"], event["type"]) == ("DeviceOvercommit", "Warning")
     assert event["message"] == message
     assert registry.get_sample_value("koordlet_gpu_admission_refused_total") == 1.0
+
+
+def test_with_a_sysfs_root_admission_counts_the_nodes_rdma_vfs(
+    fake: FakeLibrary, tmp_path: Path
+) -> None:
+    """The agent admits RDMA VFs only where it serves them (``--sysfs-root``), read from sysfs
+    at each decision: a VF a running pod holds is refused to the next pod."""
+    from apis.allocation import ANNOTATION_DEVICE_ALLOCATED
+    from koordlet.pods.record import PodRecord
+    from koordlet.reporting.reporter import NodePods
+    from tests.fake_sysfs import FakeSysfs
+
+    def vf(bus_id: str) -> str:
+        entry = {"minor": 0, "resources": {"koordinator.sh/rdma": "1"}, "id": "0000:18:00.0",
+                 "extension": {"vfs": [{"busID": bus_id}]}}
+        return json.dumps({"rdma": [entry]})
+
+    FakeSysfs(tmp_path / "sys").nic("0000:18:00.0", 0, vfs=2)  # VFs 0000:18:00.2 and .3
+    running = PodRecord("uid-a", "ns", "a", started=True,
+                        annotations={ANNOTATION_DEVICE_ALLOCATED: vf("0000:18:00.2")})
+    served = ("device-overcommit", "device-overcommit", "admitted")
+    for sysfs_root, want in ((tmp_path / "sys", served), (None, ("admitted",) * 3)):
+        api = FakeNodeAPI()
+        api.add_node("node-1")
+        api.pods = NodePods(uids=frozenset({"uid-a"}), allocated=frozenset({"uid-a"}),
+                            records={"uid-a": running})
+        a = Agent(node_name="node-1", library=fake, api=api, registry=CollectorRegistry(),
+                  sync_interval_s=3600, kubelet_root=tmp_path, watch_checkpoint=False,
+                  sysfs_root=sysfs_root)
+        a.start()
+        try:
+            _wait_for(lambda: a.admission.ready)  # noqa: B023 (called before the loop moves on)
+            numvfs = tmp_path / "sys/bus/pci/devices/0000:18:00.0/sriov_numvfs"
+            got = [a.admission.decide("uid-b", "ns", "b", vf("0000:18:00.2")).outcome]
+            numvfs.write_text("0")  # SR-IOV off: the NIC has no VF .3 (read at each decision)
+            got.append(a.admission.decide("uid-d", "ns", "d", vf("0000:18:00.3")).outcome)
+            numvfs.write_text("2")
+            got.append(a.admission.decide("uid-c", "ns", "c", vf("0000:18:00.3")).outcome)
+        finally:
+            a.stop()
+        assert tuple(got) == want, sysfs_root
 
 
 def test_pod_list_listeners_see_every_list_and_cannot_stop_the_loop(

@@ -348,7 +348,7 @@ def test_without_the_pod_cache_a_bad_allocation_is_still_closed(
 
 
 def test_two_pods_on_one_card_only_the_first_sees_it(short_dir: Path) -> None:
-    from koordlet.admission import GPUAdmission, Refusal, gpu_cards
+    from koordlet.admission import NodeAdmission, Refusal, gpu_devices
     from koordlet.devices.library import GPU
 
     sock = short_dir / "koordlet.sock"
@@ -356,8 +356,8 @@ def test_two_pods_on_one_card_only_the_first_sees_it(short_dir: Path) -> None:
                       containers=(ContainerRecord("cuda", "app", {"koordinator.sh/gpu-core": 60}),))
             for n in ("p", "q")]  # fmt: skip
     refused: list[Refusal] = []
-    admission = GPUAdmission(
-        lambda: gpu_cards([GPU("GPU-1", 1, memory_total=80 << 30)]), on_refused=refused.append
+    admission = NodeAdmission(
+        lambda: gpu_devices([GPU("GPU-1", 1, memory_total=80 << 30)]), on_refused=refused.append
     )
     admission.observe([], listed_at=0.0)
     denials: list[tuple[str, ...]] = []
@@ -379,5 +379,5 @@ def test_two_pods_on_one_card_only_the_first_sees_it(short_dir: Path) -> None:
     finally:
         service.stop()
     assert seen == {"uid-p": "1", "uid-q": "void"}
-    assert [(d[1], d[4]) for d in denials] == [("q", "gpu-overcommit")]
+    assert [(d[1], d[4]) for d in denials] == [("q", "device-overcommit")]
     assert [(r.uid, r.name) for r in refused] == [("uid-q", "q")]

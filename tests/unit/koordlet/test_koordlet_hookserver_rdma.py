@@ -118,3 +118,39 @@ def test_the_cdi_dir_flag() -> None:
     args = build_parser().parse_args(["run", "--cdi-dir", "/run/cdi"])
     assert args.cdi_dir == "/run/cdi"
     assert build_parser().parse_args(["run"]).cdi_dir == DEFAULT_CDI_DIR == "/var/run/cdi"
+
+
+def test_two_pods_given_the_same_vf_only_the_first_gets_it(short_dir: Path) -> None:
+    """Issue 45 (DUPLICATE-VF): a foreign binder gave two pods VF .3 of NIC a. The node admits
+    the first; the second is refused (its containers get no RDMA device, no CDI name)."""
+    from koordlet.admission import NodeAdmission, Refusal, nic_devices
+    from koordlet.devices.rdma import discover_rdma
+    from koordlet.pods.cache import PodCache
+
+    fs = FakeSysfs(short_dir / "sys")
+    fs.nic("0000:18:00.0", 0, vfs=2)
+    refused: list[Refusal] = []
+    admission = NodeAdmission(lambda: nic_devices(discover_rdma(short_dir / "sys")),
+                              device_types=("gpu", "rdma"), on_refused=refused.append)
+    admission.observe([], listed_at=0.0)
+    denials: list[tuple[str, ...]] = []
+    cdi_dir, sock = short_dir / "cdi", short_dir / "k.sock"
+    service = hook_service(socket_path=str(sock), hook_dir="", visible_devices_by="minor",
+                           observe=lambda *a: None, sysfs_root=short_dir / "sys",
+                           cdi_dir=str(cdi_dir), pods=PodCache(None),
+                           on_denied=lambda *args: denials.append(args), admission=admission)
+    assert service is not None
+    service.start()
+    try:
+        same_vf = _allocation("0000:18:00.0", "0000:18:00.3")
+        with grpc.insecure_channel(f"unix:{sock}") as channel:
+            stub = api_pb2_grpc.RuntimeHookServiceStub(channel)
+            first = stub.PreCreateContainerHook(_create("uid-a", "main", same_vf), timeout=10)
+            second = stub.PreCreateContainerHook(_create("uid-b", "main", same_vf), timeout=10)
+    finally:
+        service.stop()
+    assert dict(first.container_annotations)[KEY] == "koordinator.sh/rdma=uid-a_main"
+    assert KEY not in second.container_annotations
+    assert list(_runtime_view(cdi_dir)) == ["koordinator.sh/rdma=uid-a_main"]
+    assert [(r.uid, r.name) for r in refused] == [("uid-b", "pod-uid-b")]
+    assert [(d[1], d[4]) for d in denials] == [("pod-uid-b", "rdma-unavailable")]

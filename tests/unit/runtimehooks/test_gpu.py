@@ -398,7 +398,7 @@ def test_a_malformed_gpushare_annotation_closes_the_container() -> None:
 
 from runtimehooks.ports import (  # noqa: E402
     REASON_ADMISSION_NOT_READY,
-    REASON_GPU_OVERCOMMIT,
+    REASON_DEVICE_OVERCOMMIT,
     AdmissionRefused,
 )
 
@@ -406,7 +406,7 @@ from runtimehooks.ports import (  # noqa: E402
 class FakeAdmission:
     """Admits the uids it is given; refuses every other pod with ``reason``."""
 
-    def __init__(self, *admit: str, reason: str = REASON_GPU_OVERCOMMIT) -> None:
+    def __init__(self, *admit: str, reason: str = REASON_DEVICE_OVERCOMMIT) -> None:
         self.admit_uids = set(admit)
         self.reason = reason
         self.asked: list[tuple[PodMeta, str]] = []
@@ -420,7 +420,7 @@ class FakeAdmission:
 TRAIN = PodSpec("uid-1", (c("setup", INIT), c("main", core=60, ratio=60)))
 
 
-@pytest.mark.parametrize("reason", [REASON_GPU_OVERCOMMIT, REASON_ADMISSION_NOT_READY])
+@pytest.mark.parametrize("reason", [REASON_DEVICE_OVERCOMMIT, REASON_ADMISSION_NOT_READY])
 def test_a_refused_pod_container_gets_no_gpu(reason: str) -> None:
     rec, admission = Recorder(), FakeAdmission(reason=reason)
     hook = GPUHook(pods=FakePods(TRAIN), denials=rec, admission=admission)

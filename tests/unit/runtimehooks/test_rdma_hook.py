@@ -16,10 +16,16 @@ from apis.allocation import (
     DeviceAllocation,
     encode_allocations,
 )
+from runtimehooks.cdi import ANNOTATION_KEY, CDISpecs
 from runtimehooks.context import ContainerContext, ContainerMeta, LinuxDevice, PodMeta
 from runtimehooks.hooks import new_default_registry
 from runtimehooks.hooks.rdma import REASON_RDMA_UNAVAILABLE, RDMAHook
-from runtimehooks.ports import Denial
+from runtimehooks.ports import (
+    REASON_ADMISSION_NOT_READY,
+    REASON_DEVICE_OVERCOMMIT,
+    AdmissionRefused,
+    Denial,
+)
 from runtimehooks.registry import Stage
 from tests.fake_sysfs import RDMA_CM, UVERBS_MAJOR, FakeSysfs
 
@@ -43,7 +49,7 @@ def _annotation(*entries: tuple[int, str, tuple[str, ...]]) -> str:
 
 
 def _ctx(annotations: dict[str, str], container: str = "main") -> ContainerContext:
-    return ContainerContext(pod_meta=PodMeta("ns", "p", "uid-1"),
+    return ContainerContext(pod_meta=PodMeta(name="p", uid="uid-1", namespace="ns"),
                             container_meta=ContainerMeta(container),
                             pod_annotations=annotations)
 
@@ -115,3 +121,72 @@ def test_registered_after_the_gpu_hook(sysfs: Path) -> None:
     ann = {ANNOTATION_DEVICE_ALLOCATED: _annotation((1, "0000:5e:00.0", ()))}
     out = registry.run_container(Stage.PRE_CREATE_CONTAINER, _ctx(ann))
     assert out.devices == (CM, _uverbs(3))
+
+
+# -- node-side admission (a PodAdmission wired, as koordlet run does) ----------------------------
+
+
+class FakeAdmission:
+    """Admits the uids it is given; refuses every other pod with ``reason``."""
+
+    def __init__(self, *admit: str, reason: str = REASON_DEVICE_OVERCOMMIT) -> None:
+        self.admit_uids = set(admit)
+        self.reason = reason
+        self.asked: list[tuple[str, str]] = []
+
+    def admit(self, pod: PodMeta, allocation: str) -> None:
+        self.asked.append((pod.uid, allocation))
+        if pod.uid not in self.admit_uids:
+            raise AdmissionRefused(self.reason, "VF 0000:18:00.3 is held by ns/first")
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.denials: list[Denial] = []
+
+    def denied(self, denial: Denial) -> None:
+        self.denials.append(denial)
+
+
+@pytest.mark.parametrize("reason", [REASON_DEVICE_OVERCOMMIT, REASON_ADMISSION_NOT_READY])
+def test_a_pod_the_node_refuses_gets_no_rdma_device_and_no_cdi_name(
+    sysfs: Path, tmp_path: Path, reason: str
+) -> None:
+    cdi, sink, admission = CDISpecs(tmp_path / "cdi"), Sink(), FakeAdmission(reason=reason)
+    raw = _annotation((0, "0000:18:00.0", ("0000:18:00.3",)))
+    ctx = dataclasses.replace(_ctx({ANNOTATION_DEVICE_ALLOCATED: raw}), devices=(CM,))
+    out = RDMAHook(sysfs, denials=sink, cdi=cdi, admission=admission)(ctx)
+    assert out.devices == () and ANNOTATION_KEY not in out.container_annotations
+    assert admission.asked == [("uid-1", raw)]
+    assert list((tmp_path / "cdi").glob("*.json")) == []  # nothing delivered
+    assert [(d.container, d.reason) for d in sink.denials] == [("main", REASON_RDMA_UNAVAILABLE)]
+    assert sink.denials[0].message == (
+        f"refused by the node's admission ({reason}): VF 0000:18:00.3 is held by ns/first"
+    )
+
+
+def test_an_admitted_pod_gets_its_vf_and_pods_without_rdma_do_not_ask(sysfs: Path) -> None:
+    admission = FakeAdmission("uid-1")
+    hook = RDMAHook(sysfs, admission=admission)
+    raw = _annotation((0, "0000:18:00.0", ("0000:18:00.3",)))
+    assert hook(_ctx({ANNOTATION_DEVICE_ALLOCATED: raw})).devices == (CM, _uverbs(2))
+    gpu_only = encode_allocations({"gpu": [DeviceAllocation.from_ints(0, {
+        "koordinator.sh/gpu-core": 100})]})  # fmt: skip
+    hook(_ctx({ANNOTATION_DEVICE_ALLOCATED: gpu_only}))
+    hook(_ctx({}))
+    # an allocation the hook cannot serve anyway is denied before admission is asked
+    hook(_ctx({ANNOTATION_DEVICE_ALLOCATED: _annotation((0, "0000:18:00.0", ("0000:99:00.2",)))}))
+    assert admission.asked == [("uid-1", raw)]
+
+
+def test_a_failing_admission_closes_the_container(sysfs: Path) -> None:
+    class Broken:
+        def admit(self, pod: PodMeta, allocation: str) -> None:
+            raise RuntimeError("ledger bug")
+
+    sink = Sink()
+    raw = _annotation((0, "0000:18:00.0", ("0000:18:00.3",)))
+    hook = RDMAHook(sysfs, denials=sink, admission=Broken())
+    out = hook(_ctx({ANNOTATION_DEVICE_ALLOCATED: raw}))
+    assert out.devices == ()
+    assert [d.reason for d in sink.denials] == [REASON_RDMA_UNAVAILABLE]
