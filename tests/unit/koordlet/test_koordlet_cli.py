@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -272,6 +273,14 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _healthz(port: int) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
 def _wait(cond: object, timeout_s: float = 30) -> None:
     deadline = time.monotonic() + timeout_s
     while not cond():  # type: ignore[operator]
@@ -334,8 +343,9 @@ def test_run_stops_cleanly_on_signal(short_dir: Path, sig: signal.Signals) -> No
     try:
         _wait(lambda: (hook_dir / "koordlet.json").exists() or proc.poll() is not None)
         assert proc.poll() is None, proc.communicate()[1]
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as r:
-            assert r.status == 200
+        # The hook server registers before the sync loop starts: /healthz is 503 until then.
+        _wait(lambda: _healthz(port) == 200 or proc.poll() is not None)
+        assert proc.poll() is None, proc.communicate()[1]
         assert sock.exists()
         with grpc.insecure_channel(f"unix:{sock}") as channel:  # the hook server is wired...
             req = api_pb2.ContainerResourceHookRequest()
