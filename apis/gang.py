@@ -261,10 +261,16 @@ def gang_of(pod: Pod, pod_groups: Mapping[str, PodGroup] | None = None) -> GangS
 
 def decode_pod_group(obj: Mapping[str, Any]) -> PodGroup:
     """A PodGroup from its JSON shape; raises GangSpecError naming the field."""
+    if not isinstance(obj, Mapping):
+        raise GangSpecError(f"PodGroup: not an object, got {type(obj).__name__}")
     meta = obj.get("metadata") or {}
-    name, namespace = meta.get("name"), meta.get("namespace", "default")
+    if not isinstance(meta, Mapping):
+        raise GangSpecError("PodGroup metadata: not an object")
+    name, namespace = meta.get("name"), meta.get("namespace") or "default"
     if not isinstance(name, str) or not name:
         raise GangSpecError("PodGroup metadata.name: required")
+    if not isinstance(namespace, str):
+        raise GangSpecError(f"PodGroup {name} metadata.namespace: not a string")
     spec = obj.get("spec") or {}
     if not isinstance(spec, Mapping):
         raise GangSpecError(f"PodGroup {namespace}/{name} spec: not an object")

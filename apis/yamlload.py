@@ -13,13 +13,19 @@ parse happens only for bad input.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import yaml
+from yaml.events import CollectionEndEvent, CollectionStartEvent
 
-__all__ = ["HAVE_LIBYAML", "load_all", "load_one"]
+__all__ = ["HAVE_LIBYAML", "MAX_DEPTH", "check_depth", "load_all", "load_one"]
 
 HAVE_LIBYAML: bool = bool(getattr(yaml, "__with_libyaml__", False)) and hasattr(yaml, "CSafeLoader")
+
+MAX_DEPTH: Final = 100
+"""The deepest nesting of collections accepted. Kubernetes objects, scheduler configurations
+and fake-GPU files nest a dozen levels; the pure composer still has head-room for 100 under
+the interpreter's default recursion limit, however deep the caller's own stack is."""
 
 Progress = Callable[[int, int], None]
 """``(documents loaded, documents in all)``; the total counts ``---`` separators."""
@@ -32,6 +38,42 @@ def _fast(loader: type[Any], fast: type[Any] | None) -> type[Any] | None:
     if fast is None and loader is yaml.SafeLoader:
         return yaml.CSafeLoader
     return fast
+
+
+def check_depth(text: str) -> None:
+    """Raise ``yaml.MarkedYAMLError`` if ``text`` nests collections deeper than ``MAX_DEPTH``.
+    A syntax error before that point ends the check quietly: the loader reports it. libyaml
+    may stop at a syntax error it finds while reading ahead (PyYAML 6.0.4's own limit of
+    1,000 flow levels among them), before the parser has passed the limit; the pure parser
+    (a state machine: no recursion) then reads the events up to that error."""
+    if HAVE_LIBYAML and _depth_ok(yaml.CBaseLoader(text)):
+        return
+    _depth_ok(yaml.BaseLoader(text))
+
+
+def _depth_ok(parser: Any) -> bool:
+    """True when the document parses without passing ``MAX_DEPTH``; False at a syntax error
+    (nesting up to there within the limit); raises past the limit."""
+    depth = 0
+    try:
+        while parser.check_event():
+            event = parser.get_event()
+            if isinstance(event, CollectionStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    mark: Any = event.start_mark  # libyaml's Mark or PyYAML's: same fields
+                    raise yaml.composer.ComposerError(
+                        None, None, f"nested deeper than {MAX_DEPTH} levels", mark
+                    )
+            elif isinstance(event, CollectionEndEvent):
+                depth -= 1
+    except yaml.composer.ComposerError:
+        raise
+    except yaml.YAMLError:
+        return False
+    finally:
+        parser.dispose()
+    return True
 
 
 def _documents(text: str, loader: type[Any], progress: Progress | None) -> list[Any]:
@@ -57,6 +99,7 @@ def load_all(
     """Every document of ``text``, as ``yaml.load_all(text, loader)`` gives them, parsed by
     the C loader when there is one (``fast``: the C twin of a ``loader`` subclass, built on
     ``yaml.CSafeLoader``); an error is the pure loader's."""
+    check_depth(text)
     c_loader = _fast(loader, fast)
     if c_loader is not None:
         try:
@@ -68,6 +111,7 @@ def load_all(
 
 def load_one(text: str, loader: type[Any] = yaml.SafeLoader, fast: type[Any] | None = None) -> Any:
     """The single document of ``text`` (``yaml.load``), C-parsed when possible."""
+    check_depth(text)
     c_loader = _fast(loader, fast)
     if c_loader is not None:
         try:

@@ -51,7 +51,7 @@ def _scalar() -> st.SearchStrategy[Any]:
         st.sampled_from(["", "gpu", "rdma", "0", "100", "50%", "1Gi", "-1", "In", "Exists",
                          "Strict", "NodeTopologyLayer", "MustGather", "koordinator.sh/gpu-core",
                          "kube-system", "unhealthy-gpu-n1", "AdmissionReview", "Pod",
-                         "admission.k8s.io/v1", "metadata", "spec", "status"]),  # fmt: skip
+                         "admission.k8s.io/v1", "metadata", "spec", "status"]),
     )
 
 
@@ -277,7 +277,7 @@ def _csv_inputs(seeds: list[bytes]) -> st.SearchStrategy[bytes]:
         _mutated_csv(seeds),
         _huge_csv(seeds),
         st.sampled_from([b"", b"\x00", b"\xef\xbb\xbf", b'"\n', b"sn\n\x00", b"\r\r\r",
-                         b"sn,cpu_milli,memory_mib,gpu\n" + b"\x00" * 100]),  # fmt: skip
+                         b"sn,cpu_milli,memory_mib,gpu\n" + b"\x00" * 100]),
         st.binary(max_size=300),
     )
 

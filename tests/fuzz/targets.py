@@ -21,6 +21,7 @@ Invariants, the property every target is held to:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -83,9 +84,8 @@ def _json(obj: Any) -> bytes:
 def _object(data: bytes) -> Mapping[str, Any] | None:
     """``data`` decoded the way the API-server client decodes an object (``rest``'s JSON), or
     None when that client would have refused it before any decoder ran."""
-    from scheduler.kube.rest import _event
-
     from scheduler.kube.errors import TransportError
+    from scheduler.kube.rest import _event
 
     try:
         _, obj = _event(b'{"type":"ADDED","object":' + data + b"}")
@@ -288,7 +288,8 @@ def _pdb_seeds() -> list[bytes]:
                "spec": {"selector": {"matchLabels": {"app": "a"},
                                      "matchExpressions": [{"key": "t", "operator": "In",
                                                            "values": ["x"]}]}},
-               "status": {"disruptionsAllowed": 1, "disruptedPods": {"p": "2024-01-01T00:00:00Z"}}}),
+               "status": {"disruptionsAllowed": 1,
+                          "disruptedPods": {"p": "2024-01-01T00:00:00Z"}}}),
     ]  # fmt: skip
 
 
@@ -563,10 +564,8 @@ def _extender(data: bytes) -> object:
 
     out = []
     for decode in (decode_extender_args, decode_binding_args, decode_preemption_args):
-        try:
+        with contextlib.suppress(ExtenderRequestError):
             out.append(decode(data))
-        except ExtenderRequestError:
-            pass
     return out
 
 
@@ -709,7 +708,8 @@ def _registry() -> dict[str, Target]:
                "a pod's gpu-partition-spec annotation"),
         Target("gang", "json", _gang, _errors("apis.gang.GangSpecError"), _gang_seeds,
                "a pod's gang annotations (gang_of; input: a JSON map of annotations)"),
-        Target("gpushare-placement", "json", _gpushare, _errors("apis.gpushare.GPUShareDecodeError"),
+        Target("gpushare-placement", "json", _gpushare,
+               _errors("apis.gpushare.GPUShareDecodeError"),
                lambda: [b'{"ALIYUN_COM_GPU_MEM_IDX":"1","ALIYUN_COM_GPU_MEM_POD":"4"}'],
                "gpushare's placement annotations (placement_of)"),
         Target("device-cr", "json", _decoder(Device.from_dict),
@@ -775,7 +775,7 @@ def _registry() -> dict[str, Target]:
     return {x.name: x for x in t}
 
 
-def TARGETS() -> dict[str, Target]:  # noqa: N802 - the registry, built once on first use
+def TARGETS() -> dict[str, Target]:
     return _registry()
 
 
