@@ -504,6 +504,29 @@ _EMPTY_MAP: dict[str, Any] = {}
 # Public decoders
 
 
+def drop_managed_fields(doc: Any) -> Any:
+    """``doc`` (an object as decoded from JSON, or a list of them with ``items``) without
+    ``metadata.managedFields``, removed in place from the object and from each of its
+    ``items``; anything else is returned as it is.
+
+    Server-side apply's bookkeeping is read by nothing here, is often the largest part of
+    an object, and is the one field of the objects we read where a tenant can nest JSON at
+    will (``fieldsV1``, up to 10,000 levels): kept, it would make ``json.dumps``,
+    ``copy.deepcopy`` or ``==`` of the object recurse past the interpreter's limit."""
+    if isinstance(doc, dict):
+        meta = doc.get("metadata")
+        if isinstance(meta, dict):
+            meta.pop("managedFields", None)
+        items = doc.get("items")
+        if isinstance(items, list):
+            for item in items:
+                if isinstance(item, dict):
+                    item_meta = item.get("metadata")
+                    if isinstance(item_meta, dict):
+                        item_meta.pop("managedFields", None)
+    return doc
+
+
 def decode_pod(obj: Mapping[str, Any]) -> Pod:
     """Decode a v1 Pod mapping; raises DecodeError naming the field."""
     obj = _mapping(obj, "")

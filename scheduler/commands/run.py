@@ -200,6 +200,7 @@ def serve_cluster(args: argparse.Namespace, front: FrontEnd | None = None) -> in
         raise UserError(f"{args.config or 'default configuration'}: {exc}") from None
     metrics.watch_queue(lambda: sched.queue_stats)
     metrics.watch_devices(cluster.view)
+    metrics.watch_informers(lambda: cluster.informers)
 
     le = config.leader_election
     stop = threading.Event()

@@ -15,8 +15,14 @@ Invariants:
   the current state as adds and then exactly the later changes, never one twice or out of order.
 - ``synced`` becomes true after the first complete list has been delivered and stays true;
   ``healthy`` is false from a failed request until the next list or watch is established.
-- Objects that do not decode are logged and counted (``decode_errors``) and treated as absent;
-  objects the spec does not ``accept`` are absent too, silently.
+- One object never blocks a list or a watch. An object that does not decode (its decoder
+  raises anything) is *quarantined*: treated as absent (an update that does not decode
+  deletes the last good state), counted (``decode_errors``, every time), and named in one
+  warning line (kind, namespace/name, reason) when it enters quarantine, not on every relist
+  or event; it leaves quarantine (one info line) when it decodes again, is deleted, or is
+  missing from a list. ``quarantined()`` is what is held now (the metrics' gauge). Objects
+  nested deeper than ``json.loads`` can go are decoded (``scheduler.kube.rest``); objects the
+  spec does not ``accept`` are absent too, silently.
 - A collection with ``alternatives`` (``policy/v1`` PDBs, else ``policy/v1beta1``) is listed
   at the first path that does not answer 404; any other error (5xx, a timeout, a refused
   connection) is retried on the same path with backoff, so a failed call never makes it
@@ -46,6 +52,7 @@ from typing import Any
 
 import structlog
 
+from apis.core import drop_managed_fields
 from scheduler.cluster import ChangeHandler
 from scheduler.framework.events import Change
 from scheduler.kube.ratelimit import Backoff
@@ -131,6 +138,10 @@ class Informer:
         self.healthy = False
         self.last_error = "not started"
         self.decode_errors = 0
+        self._quarantine: dict[str, str] = {}
+        """Objects that do not decode, by key: the reason (see the module docstring)."""
+        self._listed_bad: set[str] | None = None
+        """Keys quarantined during the list in progress (None between lists)."""
         self.relists = 0
         self.lists_started = 0
         """Lists begun (numbered as they start; see ``list_delivered``)."""
@@ -163,6 +174,11 @@ class Informer:
     def get(self, key: str) -> Record | None:
         with self._lock:
             return self._store.get(key)
+
+    def quarantined(self) -> dict[str, str]:
+        """The objects quarantined now (they do not decode), by key: the reason."""
+        with self._lock:
+            return dict(self._quarantine)
 
     def subscribe(self, handler: ChangeHandler) -> None:
         """The current objects as adds, then every later change (see the invariants)."""
@@ -313,7 +329,13 @@ class Informer:
             if record is not None:
                 records[self.spec.key(record)] = record
 
-        rv, _ = list_objects(self.rest, self.spec, self._page_size, each=keep)
+        self._listed_bad = set()
+        try:
+            rv, _ = list_objects(self.rest, self.spec, self._page_size, each=keep)
+            for key in [k for k in self._quarantine if k not in self._listed_bad]:
+                self._release(key, "not listed any more")
+        finally:
+            self._listed_bad = None
         self._replace(records)
         self._rv = rv
         self._not_found.clear()
@@ -386,6 +408,7 @@ class Informer:
         elif etype == "DELETED":
             key = self._raw_key(obj)
             if key:
+                self._release(key, "deleted")
                 self._delete(key)
         else:
             log.warning("unknown watch event", resource=self.kind, type=etype)
@@ -395,24 +418,43 @@ class Informer:
     # -- the store ------------------------------------------------------------------------------
 
     def _decode(self, obj: Mapping[str, Any]) -> Record | None:
-        meta = obj.get("metadata")
-        if isinstance(meta, dict):
-            # Server-side apply bookkeeping: often the largest part of an object, read by no
-            # one here, and kept for every pod in ``raw`` (memory grows with it).
-            meta.pop("managedFields", None)
+        # Server-side apply bookkeeping: often the largest part of an object, read by no one
+        # here, kept for every pod in ``raw``, and nested at will by a tenant. RestClient
+        # already drops it; objects handed in by other means too.
+        drop_managed_fields(obj)
         if self.spec.accept is not None and not self.spec.accept(obj):
             return None
+        key = self._raw_key(obj)
         try:
-            return self.spec.decode(obj)
-        except Exception as exc:  # DecodeError, DeviceDecodeError, anything else
-            self.decode_errors += 1
-            log.warning(
-                "undecodable object ignored",
-                resource=self.kind,
-                object=self._raw_key(obj),
-                error=str(exc),
-            )
+            record = self.spec.decode(obj)
+        except Exception as exc:  # DecodeError, DeviceDecodeError, RecursionError, anything
+            self._hold(key, str(exc) or type(exc).__name__)
             return None
+        self._release(key, "decodes again")
+        return record
+
+    def _hold(self, key: str, reason: str) -> None:
+        """Quarantine ``key``: counted every time, said once (see the module docstring)."""
+        self.decode_errors += 1
+        if self._listed_bad is not None:
+            self._listed_bad.add(key)
+        with self._lock:
+            new = key not in self._quarantine
+            self._quarantine[key] = reason
+        if new:
+            log.warning(
+                "object quarantined: it does not decode, treated as absent",
+                resource=self.kind,
+                object=key,
+                error=reason,
+            )
+
+    def _release(self, key: str, why: str) -> None:
+        if key not in self._quarantine:
+            return
+        with self._lock:
+            self._quarantine.pop(key, None)
+        log.info("object left quarantine", resource=self.kind, object=key, why=why)
 
     def _raw_key(self, obj: Mapping[str, Any]) -> str:
         meta = obj.get("metadata")

@@ -13,6 +13,12 @@ Invariants:
 - Requests (not watch streams) take a token from the client's ``TokenBucket`` first.
 - Every request is reported to the observer (client-go's ``rest_client_*`` metrics) with a
   bounded URL template.
+- Answers, watch events and error bodies are decoded with ``apis.jsonload.loads``: anything a
+  Go server serves (nested up to its 10,000 levels) decodes, and deeper or malformed JSON is
+  a ``TransportError`` (an error body: its raw text), never a ``RecursionError``.
+- ``metadata.managedFields`` is dropped from every object served (an answer, each of its
+  ``items``, a watch event's object) as it is decoded: nothing here reads it, and a tenant
+  can nest it 10,000 levels deep (``apis.core.drop_managed_fields``).
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from apis.core import drop_managed_fields
+from apis.jsonload import loads
 from scheduler.kube.errors import ApiError, CredentialsError, KubeError, TransportError
 from scheduler.kube.ratelimit import TokenBucket
 from scheduler.kube.transport import Stream, Transport
@@ -52,7 +60,7 @@ def path_segment(name: str) -> str:
 def _error_from(status: int, body: bytes) -> ApiError:
     reason, message = "", ""
     try:
-        doc = json.loads(body)
+        doc = loads(body)
         if isinstance(doc, Mapping):
             reason = str(doc.get("reason") or "")
             message = str(doc.get("message") or "")
@@ -96,12 +104,12 @@ class WatchStream:
 
 def _event(line: bytes) -> tuple[str, Mapping[str, Any]]:
     try:
-        doc = json.loads(line)
+        doc = loads(line)
     except ValueError as exc:
         raise TransportError(f"watch stream: undecodable event: {exc}") from None
     if not isinstance(doc, Mapping) or not isinstance(doc.get("object"), Mapping):
         raise TransportError("watch stream: event without an object")
-    return str(doc.get("type") or ""), doc["object"]
+    return str(doc.get("type") or ""), drop_managed_fields(doc["object"])
 
 
 RequestObserver = Callable[[str, str, str, float], None]
@@ -203,7 +211,7 @@ class RestClient:
         if not resp.body:
             return {}
         try:
-            doc = json.loads(resp.body)
+            doc = drop_managed_fields(loads(resp.body))
         except ValueError as exc:
             raise TransportError(f"{method} {path}: undecodable answer: {exc}") from None
         return doc if isinstance(doc, dict) else {"value": doc}

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, BinaryIO, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
@@ -46,6 +46,7 @@ __all__ = [
     "POD_ATTEMPTS_BUCKETS",
     "SLI_BUCKETS",
     "DeviceCollector",
+    "InformerLike",
     "QueueCollector",
     "SchedulerMetrics",
     "exponential_buckets",
@@ -281,6 +282,13 @@ class SchedulerMetrics:
         which the kubernetes-mixin dashboard reads for the scheduler's memory and CPU."""
         ProcessCollector(registry=self.registry)
 
+    def watch_informers(self, source: Callable[[], Iterable[InformerLike]]) -> None:
+        """``koord_scheduler_informer_decode_errors_total{resource}`` and
+        ``koord_scheduler_informer_quarantined_objects{resource}``: objects of each cache that
+        do not decode (counted every time; held now). Labelled by kind only, so the series
+        stay few whatever a tenant creates; the objects are named in the log."""
+        self.registry.register(_InformerCollector(source))
+
     def watch_leader(self, name: str, leading: Callable[[], bool]) -> None:
         """``leader_election_master_status{name}`` (client-go's gauge, as kube-scheduler exposes
         it): 1 while this replica leads (always, without leader election), else 0."""
@@ -308,6 +316,47 @@ class SchedulerMetrics:
             text.flush()
         finally:
             text.detach()  # the stream stays open: it is the caller's
+
+
+class InformerLike(Protocol):
+    """What the informer collector reads of each cache (``scheduler.kube.informer.Informer``)."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def decode_errors(self) -> int: ...
+
+    def quarantined(self) -> Mapping[str, str]: ...
+
+
+class _InformerCollector(Collector):
+    def __init__(self, source: Callable[[], Iterable[InformerLike]]) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[Metric]:
+        errors = CounterMetricFamily(
+            "koord_scheduler_informer_decode_errors",
+            "Objects listed or watched that did not decode (quarantined), by resource.",
+            labels=["resource"],
+        )
+        held = GaugeMetricFamily(
+            "koord_scheduler_informer_quarantined_objects",
+            "Objects that do not decode now, held out of the cache (named in the log), by "
+            "resource.",
+            labels=["resource"],
+        )
+        informers = _safe(lambda: list(self._source()))
+        for informer in informers or ():
+            counts = _safe(lambda i=informer: (i.decode_errors, len(i.quarantined())))
+            if counts is not None:
+                errors.add_metric([informer.kind], float(counts[0]))
+                held.add_metric([informer.kind], float(counts[1]))
+        yield errors
+        yield held
+
+    def describe(self) -> Iterable[Metric]:
+        return []
 
 
 class _LeaderCollector(Collector):

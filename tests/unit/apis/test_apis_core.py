@@ -130,3 +130,23 @@ def test_on_node_equals_dataclasses_replace() -> None:
             if f.name != "node_name"
         )
         assert pod.node_name != "n1"  # the original is untouched
+
+
+def test_drop_managed_fields_from_an_object_and_a_list() -> None:
+    from apis.core import drop_managed_fields
+
+    def obj(name: str) -> dict[str, Any]:
+        return {
+            "metadata": {"name": name, "managedFields": [{"fieldsV1": {"f:a": {}}}]},
+            "spec": {"managedFields": "kept: not metadata"},
+        }
+
+    one = obj("a")
+    assert drop_managed_fields(one) is one
+    assert one == {"metadata": {"name": "a"}, "spec": {"managedFields": "kept: not metadata"}}
+    page = {"metadata": {"resourceVersion": "5"}, "items": [obj("b"), "junk", {"metadata": 1}]}
+    drop_managed_fields(page)
+    assert page["items"][0]["metadata"] == {"name": "b"}
+    assert page["items"][1:] == ["junk", {"metadata": 1}]
+    for other in (None, "s", [obj("c")], {"metadata": None}):
+        assert drop_managed_fields(other) is other
