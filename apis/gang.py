@@ -20,13 +20,14 @@ equal to min-available.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from apis.core import Pod
 from apis.duration import DurationError, parse_go_duration_seconds
+from apis.jsonload import loads
+from apis.jsonshow import show
 
 PREFIX = "gang.scheduling.koordinator.sh"
 ANNOTATION_NAME = f"{PREFIX}/name"
@@ -133,8 +134,8 @@ def _positive_int(text: str, field: str) -> int:
 
 def _groups(text: str, namespace: str, gang_id: str) -> tuple[str, ...]:
     try:
-        raw = json.loads(text)
-    except json.JSONDecodeError:
+        raw = loads(text)
+    except ValueError:
         raise GangSpecError(f"{ANNOTATION_GROUPS}: not a JSON list of gang names") from None
     if not isinstance(raw, list) or not all(isinstance(g, str) and g for g in raw):
         raise GangSpecError(f"{ANNOTATION_GROUPS}: not a JSON list of gang names")
@@ -148,8 +149,8 @@ def _same_node(text: str) -> bool:
     ``MustGather`` at ``NodeTopologyLayer`` (other layers are accepted and not acted on)."""
     field = ANNOTATION_NETWORK_TOPOLOGY_SPEC
     try:
-        raw = json.loads(text)
-    except json.JSONDecodeError:
+        raw = loads(text)
+    except ValueError:
         raise GangSpecError(f"{field}: not a JSON object") from None
     if not isinstance(raw, dict):
         raise GangSpecError(f"{field}: not a JSON object")
@@ -163,9 +164,9 @@ def _same_node(text: str) -> bool:
         if not isinstance(entry, dict) or not isinstance(entry.get("layer"), str):
             raise GangSpecError(f"{field}: gatherStrategy[{i}] needs a layer")
         strategy = entry.get("strategy", GATHER_PREFER)
-        if strategy not in GATHER_STRATEGIES:
+        if not isinstance(strategy, str) or strategy not in GATHER_STRATEGIES:
             raise GangSpecError(
-                f"{field}: gatherStrategy[{i}].strategy {strategy!r} is not MustGather or "
+                f"{field}: gatherStrategy[{i}].strategy {show(strategy)} is not MustGather or "
                 "PreferGather"
             )
         if entry["layer"] == LAYER_NODE and strategy == GATHER_MUST:

@@ -44,6 +44,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
 
+from apis.jsonload import loads
+from apis.jsonshow import MAX_KEPT_DEPTH, show, too_deep
 from apis.quantity import DECIMAL_SI, Quantity, QuantityError
 
 __all__ = [
@@ -138,11 +140,16 @@ def _count(v: object, path: str) -> int:
     if v is None:
         return 0
     if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= _INT32_MAX:
-        raise TopologyDecodeError(path, f"expected a non-negative integer, got {json.dumps(v)}")
+        raise TopologyDecodeError(path, f"expected a non-negative integer, got {show(v)}")
     return v
 
 
-def _extra(obj: Mapping[str, Any], known: frozenset[str]) -> dict[str, Any]:
+def _extra(obj: Mapping[str, Any], known: frozenset[str], path: str) -> dict[str, Any]:
+    """The fields not read, kept (copied) to be written back; one nested past
+    ``MAX_KEPT_DEPTH`` is refused (copying or dumping it would recurse past the limit)."""
+    for k, v in obj.items():
+        if k not in known and too_deep(v):
+            raise TopologyDecodeError(f"{path}.{k}", f"nested deeper than {MAX_KEPT_DEPTH} levels")
     return {k: copy.deepcopy(v) for k, v in obj.items() if k not in known}
 
 
@@ -178,7 +185,7 @@ class GPULink:
             or any(isinstance(m, bool) or not isinstance(m, int) for m in minors)
         ):
             raise TopologyDecodeError(
-                f"{path}.minors", f"expected two integer minors, got {json.dumps(minors)}"
+                f"{path}.minors", f"expected two integer minors, got {show(minors)}"
             )
         a, b = sorted(_count(m, f"{path}.minors") for m in minors)
         if a == b:
@@ -206,7 +213,7 @@ class GPULink:
             nvswitch=bool(nvswitch),
             bandwidth=None if bandwidth is None else _bandwidth(bandwidth, f"{path}.bandwidth"),
             common_ancestor=ancestor or "",
-            extra=_extra(obj, cls._KNOWN),
+            extra=_extra(obj, cls._KNOWN, path),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -297,7 +304,7 @@ class GPUTopology:
                 )
             seen.add(link.minors)
             links.append(link)
-        return cls(links=tuple(links), extra=_extra(obj, cls._KNOWN))
+        return cls(links=tuple(links), extra=_extra(obj, cls._KNOWN, "<root>"))
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"links": [link.to_dict() for link in self.links]}
@@ -309,7 +316,7 @@ class GPUTopology:
     def decode(cls, text: str) -> GPUTopology:
         """Decode the annotation's value; raises ``TopologyDecodeError``."""
         try:
-            doc = json.loads(text)
+            doc = loads(text)
         except (TypeError, ValueError) as exc:
             raise TopologyDecodeError("<root>", f"invalid JSON: {exc}") from None
         return cls.from_dict(doc)

@@ -16,6 +16,32 @@ from tests.fuzz.targets import by_name
 DEEP_FLOW = 50_000
 """Flow collections nested this deep crashed libyaml's composer (SIGSEGV from ~30,000)."""
 
+def _deep(n: int) -> bytes:
+    return b"[" * n + b"]" * n
+
+
+def _device(spec_extra: bytes, card: bytes = b"") -> bytes:
+    return (
+        b'{"apiVersion":"scheduling.koordinator.sh/v1alpha1","kind":"Device",'
+        b'"metadata":{"name":"n1"},"spec":{"devices":[{"type":"gpu","minor":0' + card + b"}]"
+        + spec_extra + b"}}"
+    )
+
+
+def _gang_annotation(key: str, value: bytes) -> bytes:
+    """The gang target's input: a JSON map of annotations (a string value as it is)."""
+    import json
+
+    p = "gang.scheduling.koordinator.sh"
+    head = json.dumps({f"{p}/name": "g", f"{p}/min-available": "1"})[:-1]
+    return head.encode() + b', "' + f"{p}/{key}".encode() + b'": ' + json.dumps(
+        value.decode()).encode() + b"}"  # fmt: skip
+
+
+def _strategy(value: bytes) -> bytes:
+    return b'{"gatherStrategy":[{"layer":"x","strategy":' + value + b"}]}"
+
+
 CASES = [
     # YAML files: nested past the stack (C loader) or the recursion limit (pure loader)
     ("scenario", b"[" * DEEP_FLOW + b"]" * DEEP_FLOW, "nested deeper than"),
@@ -28,6 +54,25 @@ CASES = [
      "nested deeper than"),
     # a PodGroup whose metadata is not an object (AttributeError: 'str' has no 'get')
     ("pod-group", b'{"metadata":"g"}', "metadata"),
+    # JSON the API server accepts (10,000 levels) reaching decoders that recursed on it:
+    # json.loads itself (RecursionError is no ValueError), or a deep copy / dump / repr of a
+    # decoded value
+    ("device-cr", _device(b',"x":' + _deep(3000)), "nested deeper than"),
+    ("device-cr", _device(b"", card=b',"x":' + _deep(3000)), "nested deeper than"),
+    ("pdb", b'{"metadata":{"name":"b"},"status":{"disruptionsAllowed":' + _deep(3000) + b"}}",
+     "disruptionsAllowed"),
+    ("topology", b'{"links":[],"x":' + _deep(3000) + b"}", "nested deeper than"),
+    ("topology", b'{"links":[{"minors":[0,1],"gpuLinkType":"NVLink","nvlinks":' + _deep(3000)
+     + b"}]}", "nvlinks"),
+    ("topology", _deep(5000), "expected an object"),
+    ("partition-table", _deep(5000), "expected an object"),
+    ("partition-spec", b'{"allocatePolicy":' + _deep(3000) + b"}", "allocatePolicy"),
+    ("partition-table", b'{"1":[{"minors":' + _deep(3000) + b"}]}", "minors"),
+    ("gang", _gang_annotation("groups", _deep(3000)), "groups"),
+    ("gang", _gang_annotation("network-topology-spec", _deep(3000)), "network-topology-spec"),
+    ("gang", _gang_annotation("network-topology-spec", _strategy(_deep(3000))), "strategy"),
+    # a strategy that is a list (TypeError: unhashable type, testing it against a set)
+    ("gang", _gang_annotation("network-topology-spec", _strategy(b"[]")), "strategy"),
 ]
 
 
