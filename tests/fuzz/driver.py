@@ -75,6 +75,28 @@ def _child(name: str, names: list[str], libfuzzer_args: list[str]) -> None:
     atheris.Fuzz()
 
 
+_TOKENS = re.compile(rb'"[^"\\\n]{1,40}"')
+_GENERIC = [b"{", b"}", b"[", b"]", b":", b",", b"null", b"true", b"false", b"-1", b"1e999",
+            b"NaN", b'"\\u0000"', b'"\\ud800"', b"&a", b"*a", b"<<:", b"- ", b"!!binary"]
+
+
+def _dictionary(name: str, names: list[str]) -> Path:
+    """A libFuzzer dictionary: the quoted strings of the seeds (field names, enum values) and
+    the tokens of the formats, so mutations stay near the decoders' grammar."""
+    from tests.fuzz.targets import by_name
+
+    tokens = set(_GENERIC)
+    for n in names:
+        for seed in by_name(n).seeds():
+            tokens.update(_TOKENS.findall(seed))
+            tokens.update(w + b":" for w in re.findall(rb"^\s*-?\s*(\w+):", seed, re.M))
+    path = WORK / "dict" / f"{name}.dict"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = ['"' + "".join(f"\\x{b:02x}" for b in t) + '"' for t in sorted(tokens)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 def _seed_corpus(name: str, names: list[str]) -> Path:
     from tests.fuzz.targets import by_name
 
@@ -120,6 +142,7 @@ def _run(
         f"-rss_limit_mb={rss_mb}",
         f"-malloc_limit_mb={rss_mb}",
         f"-artifact_prefix={crashes}/",
+        f"-dict={_dictionary(name, names)}",
         "-max_len=1048576",
         "-print_final_stats=1",
         str(corpus),
