@@ -21,6 +21,8 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import structlog
+
 __all__ = ["Outcome", "run_bounded"]
 
 
@@ -45,7 +47,10 @@ def _child(
     data: bytes,
     memory_bytes: int,
 ) -> Outcome:
-    devnull = os.open(os.devnull, os.O_WRONLY)  # the decoders' log lines are not the outcome
+    # The decoders' log lines are not the outcome, and the parent's other threads may have
+    # held sys.stdout's lock when it forked: log nowhere, write nothing through Python's I/O.
+    structlog.configure(logger_factory=structlog.ReturnLoggerFactory())
+    devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
     limit = _mapped_bytes() + memory_bytes

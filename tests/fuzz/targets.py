@@ -458,7 +458,12 @@ def _hook_container(data: bytes) -> object:
 
     from runtimehooks import protocol
     from runtimehooks.api import api_pb2
-    from runtimehooks.hooks.gpu import REASON_INTERNAL_ERROR, GPUHook
+    from runtimehooks.hooks.gpu import (
+        ENV_NVIDIA_VISIBLE_DEVICES,
+        NO_GPU,
+        REASON_INTERNAL_ERROR,
+        GPUHook,
+    )
 
     req = api_pb2.ContainerResourceHookRequest()
     try:
@@ -476,8 +481,9 @@ def _hook_container(data: bytes) -> object:
     for d in denials:
         if d.reason == REASON_INTERNAL_ERROR:
             raise AssertionError(f"gpu hook internal error: {d.message}")
-        if out.container_envs != ctx.container_envs:
-            raise StateChanged("a denied container's environment changed")
+        # fail closed: the request's environment, and no card
+        if out.container_envs != {**ctx.container_envs, ENV_NVIDIA_VISIBLE_DEVICES: NO_GPU}:
+            raise StateChanged(f"a denied container's environment: {out.container_envs}")
     protocol.container_response(out).SerializeToString()
     return out
 
@@ -527,6 +533,53 @@ def _frame_seeds() -> list[bytes]:
         encode_request(MemLimitRequest("pod-a", 2)),
         encode_request(MemUpdateRequest("pod-a", 3, 1 << 20, True)),
     ]
+
+
+def _fairshare_server(data: bytes) -> object:
+    """Bytes sent to a real fair-share server's relay port (loopback) while the pod holds
+    memory on another connection. When the first frame is refused the connection is closed
+    and nothing may change: the pod's memory, its clients, the other connection's answers."""
+    import socket
+
+    from apis.fairshare import FairShareSpec
+    from koordlet.fairshare.client import GeminiClient
+    from koordlet.fairshare.protocol import REQUEST_SIZE, ProtocolError, decode_request
+    from koordlet.fairshare.server import FairShareConfig, FairShareServer
+    from koordlet.fairshare.tokens import SchedulerConfig
+    from koordlet.pods.fairshare import FairSharePod
+
+    try:
+        decode_request(data[:REQUEST_SIZE])
+        refused = False
+    except ProtocolError:
+        refused = len(data) >= REQUEST_SIZE
+    fast = SchedulerConfig(window_ms=2_000, base_quota_ms=50, min_quota_ms=20)
+    server = FairShareServer(FairShareConfig(scheduler=fast, grace_s=60.0))
+    server.start()
+    try:
+        pod = FairSharePod("u", "ns", "p", FairShareSpec(0, 0.5, 1.0, 1 << 30))
+        ep = server.ensure(pod)
+        with GeminiClient(ep.manager_ip, ep.manager_port, "relay", timeout_s=30) as holder:
+            assert holder.mem_update(100 << 20, True)
+
+            def state() -> object:
+                stats = [(c.uid, c.share, c.limit) for c in server.stats()]
+                return holder.mem_limit(), stats
+
+            before, errors = state(), server.protocol_errors
+            with socket.create_connection((ep.manager_ip, ep.manager_port), timeout=30) as s:
+                s.sendall(data)
+                s.shutdown(socket.SHUT_WR)
+                while s.recv(1 << 16):
+                    pass
+            if refused:
+                if server.protocol_errors != errors + 1:
+                    raise StateChanged("a malformed frame was not counted")
+                if state() != before:
+                    raise StateChanged(f"a refused frame changed the server: {before} -> {state()}")
+    finally:
+        server.stop()
+    return None
 
 
 def _response_frame(data: bytes) -> object:
@@ -742,12 +795,15 @@ def _registry() -> dict[str, Target]:
                "the node's GPU admission ledger (state: a refused pod admits nothing)"),
         Target("hook-container", "proto", _hook_container, (), _hook_request_seeds,
                "a ContainerResourceHookRequest (protobuf) through the GPU hook (state: a "
-               "denied container's environment is unchanged)"),
+               "denied container gets the request's environment and no card)"),
         Target("hook-sandbox", "proto", _hook_sandbox, (), _sandbox_seeds,
                "a PodSandboxHookRequest (protobuf) to our context and back"),
         Target("fairshare-request", "frame", _frame,
                _errors("koordlet.fairshare.protocol.ProtocolError"), _frame_seeds,
                "a fair-share client's 80-byte request frame"),
+        Target("fairshare-server", "frame", _fairshare_server, (), _frame_seeds,
+               "bytes on a real fair-share server's relay port (state: a refused first frame "
+               "changes nothing)"),
         Target("fairshare-response", "frame", _response_frame,
                _errors("koordlet.fairshare.protocol.ProtocolError"), _response_frame_seeds,
                "a fair-share server's 40-byte response frame (the client side)"),
