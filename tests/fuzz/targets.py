@@ -21,9 +21,10 @@ Invariants, the property every target is held to:
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
-import os
+import shutil
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -96,8 +97,11 @@ def _object(data: bytes) -> Mapping[str, Any] | None:
 
 @cache
 def _scratch() -> Path:
-    """A folder of this process for file-reading targets (one file per target, rewritten)."""
-    return Path(tempfile.mkdtemp(prefix="koord-fuzz-"))
+    """A folder of this process for file-reading targets (one file per target, rewritten),
+    removed when the process exits (a forked child leaves through ``os._exit``: not by it)."""
+    path = Path(tempfile.mkdtemp(prefix="koord-fuzz-"))
+    atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 def _file(name: str, data: bytes) -> str:
@@ -841,11 +845,3 @@ def by_name(name: str) -> Target:
     except KeyError:
         raise KeyError(f"no fuzz target {name!r} (known: {', '.join(_registry())})") from None
 
-
-def scratch_cleanup() -> None:
-    """Remove this process's scratch files (file-reading targets)."""
-    if _scratch.cache_info().currsize:
-        for p in _scratch().iterdir():
-            os.unlink(p)
-        os.rmdir(_scratch())
-        _scratch.cache_clear()
