@@ -64,7 +64,6 @@ DEFAULT_WAITING_SECONDS = 600.0
 POD_GROUP_API_VERSION = "scheduling.sigs.k8s.io/v1alpha1"
 
 
-
 class GangSpecError(ValueError):
     """A gang annotation, label or PodGroup field is invalid; the message names it."""
 
@@ -243,9 +242,7 @@ def gang_of(pod: Pod, pod_groups: Mapping[str, PodGroup] | None = None) -> GangS
         same_node = False
         if ANNOTATION_NETWORK_TOPOLOGY_SPEC in ann:
             same_node = _same_node(ann[ANNOTATION_NETWORK_TOPOLOGY_SPEC])
-        return GangSpec(
-            gang_id, min_available, total, mode, waiting, groups, policy, same_node
-        )
+        return GangSpec(gang_id, min_available, total, mode, waiting, groups, policy, same_node)
     label = pod_group_name(pod)
     if not label:
         return None

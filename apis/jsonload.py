@@ -31,8 +31,10 @@ Invariants:
   therefore drop ``metadata.managedFields`` (``apis.core.drop_managed_fields``), the only
   field of the objects we read where a tenant can nest at will, right after decoding.
 
-Measured (2-vCPU development VM, CPython 3.11.7, 2026-11-29; ``python -m bench.jsonload``):
-see docs/failure-model.md, "Deep, huge and malformed objects", for the table.
+Measured (``python -m bench.jsonload --repeat 7``, CPU ms, best of 7; 2-vCPU development VM,
+CPython 3.11.7, 2026-11-29; the table: docs/failure-model.md, "Deep, huge and malformed
+objects"): a page of 500 served pods 17.8 (``json.loads``) vs 17.7 (``loads``); one pod with
+fieldsV1 1,500 deep 3.7, 9,990 deep 40; a page of 500 pods holding one 1,500-deep pod 42.
 """
 
 from __future__ import annotations

@@ -44,8 +44,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
 
-from apis.jsonload import loads
-from apis.jsonshow import MAX_KEPT_DEPTH, show, too_deep
+from apis.jsonload import loads, nesting_depth
 from apis.quantity import DECIMAL_SI, Quantity, QuantityError
 
 __all__ = [
@@ -73,6 +72,9 @@ __all__ = [
 ]
 
 ANNOTATION_GPU_TOPOLOGY: Final = "scheduling.koordinator.sh/gpu-topology"
+MAX_NESTING: Final = 100
+"""The deepest annotation value decoded: unknown fields are kept (and deep-copied on encode),
+so a value nested near the interpreter's recursion limit is refused, far above any real one."""
 
 LINK_NVLINK: Final = "NVLink"
 LINK_PCIE: Final = "PCIe"
@@ -140,16 +142,11 @@ def _count(v: object, path: str) -> int:
     if v is None:
         return 0
     if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= _INT32_MAX:
-        raise TopologyDecodeError(path, f"expected a non-negative integer, got {show(v)}")
+        raise TopologyDecodeError(path, f"expected a non-negative integer, got {json.dumps(v)}")
     return v
 
 
-def _extra(obj: Mapping[str, Any], known: frozenset[str], path: str) -> dict[str, Any]:
-    """The fields not read, kept (copied) to be written back; one nested past
-    ``MAX_KEPT_DEPTH`` is refused (copying or dumping it would recurse past the limit)."""
-    for k, v in obj.items():
-        if k not in known and too_deep(v):
-            raise TopologyDecodeError(f"{path}.{k}", f"nested deeper than {MAX_KEPT_DEPTH} levels")
+def _extra(obj: Mapping[str, Any], known: frozenset[str]) -> dict[str, Any]:
     return {k: copy.deepcopy(v) for k, v in obj.items() if k not in known}
 
 
@@ -185,7 +182,7 @@ class GPULink:
             or any(isinstance(m, bool) or not isinstance(m, int) for m in minors)
         ):
             raise TopologyDecodeError(
-                f"{path}.minors", f"expected two integer minors, got {show(minors)}"
+                f"{path}.minors", f"expected two integer minors, got {json.dumps(minors)}"
             )
         a, b = sorted(_count(m, f"{path}.minors") for m in minors)
         if a == b:
@@ -213,7 +210,7 @@ class GPULink:
             nvswitch=bool(nvswitch),
             bandwidth=None if bandwidth is None else _bandwidth(bandwidth, f"{path}.bandwidth"),
             common_ancestor=ancestor or "",
-            extra=_extra(obj, cls._KNOWN, path),
+            extra=_extra(obj, cls._KNOWN),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -304,7 +301,7 @@ class GPUTopology:
                 )
             seen.add(link.minors)
             links.append(link)
-        return cls(links=tuple(links), extra=_extra(obj, cls._KNOWN, "<root>"))
+        return cls(links=tuple(links), extra=_extra(obj, cls._KNOWN))
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"links": [link.to_dict() for link in self.links]}
@@ -319,6 +316,8 @@ class GPUTopology:
             doc = loads(text)
         except (TypeError, ValueError) as exc:
             raise TopologyDecodeError("<root>", f"invalid JSON: {exc}") from None
+        if nesting_depth(doc) > MAX_NESTING:  # unknown fields are kept and deep-copied
+            raise TopologyDecodeError("<root>", f"nested deeper than {MAX_NESTING} levels")
         return cls.from_dict(doc)
 
     def encode(self) -> str:

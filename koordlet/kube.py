@@ -9,7 +9,12 @@ Invariants:
 
 - Every response body is read and its connection released, whatever the status.
 - 404 -> ``NotFoundError``, 409 -> ``ConflictError``, any other failure (status or transport)
-  -> ``ApiError``; nothing else escapes.
+  -> ``ApiError``; nothing else escapes. A 2xx answer that does not decode is an
+  ``ApiError`` (status 0, like a transport failure).
+- Bodies are decoded with ``apis.jsonload.loads`` (any depth a Go server serves; a tenant's
+  pod with 1,500-deep managedFields no longer stops the node's pod list, hence the Device
+  sync and GPU admission), and ``metadata.managedFields`` is dropped from the answer and its
+  ``items`` at once (``apis.core.drop_managed_fields``).
 - Node labels and status are changed with JSON merge patches (``application/merge-patch+json``)
   that name only the keys the agent manages; the Device is created with POST and replaced
   with PUT at the resourceVersion it was read at.
@@ -20,7 +25,6 @@ Invariants:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import quote
@@ -28,8 +32,10 @@ from urllib.parse import quote
 import structlog
 from yaml import YAMLError
 
+from apis.core import drop_managed_fields
 from apis.device import API_VERSION, KIND, PLURAL, Device, DeviceDecodeError
 from apis.gpushare import GPUShareDecodeError, placement_of
+from apis.jsonload import loads
 from koordlet.deviceplugin.gpushare import PendingPod, PodConflict, pending_pods
 from koordlet.pods.cache import PodMissing, PodUnavailable
 from koordlet.pods.record import PodRecord, decode_pod_record, str_map
@@ -48,8 +54,6 @@ _TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 
 class KubeConfigError(Exception):
     """No usable kubeconfig or in-cluster configuration (a user error)."""
-
-
 
 
 def _gpushare_placed(annotations: Mapping[str, str]) -> bool:
@@ -140,8 +144,10 @@ class KubeNodeAPI:
                 release()
         status = int(resp.status)
         try:
-            payload = json.loads(data) if data else None
-        except ValueError:
+            payload = drop_managed_fields(loads(data)) if data else None
+        except ValueError as exc:
+            if 200 <= status < 300:
+                raise ApiError(0, f"{method} {path}: undecodable answer: {exc}") from None
             payload = None
         if 200 <= status < 300:
             return payload

@@ -22,14 +22,15 @@ def chain(levels: int) -> str:
     return '{"f:a":' * (levels - 1) + "{}" + "}" * (levels - 1)
 
 
-def deep_managed_fields(levels: int) -> list[dict[str, Any]]:
-    """A managedFields entry as written by hand; its ``fieldsV1`` is a marker that
-    ``with_deep_managed_fields`` replaces by ``chain(levels)``."""
+def deep_managed_fields(api_version: str = "v1") -> list[dict[str, Any]]:
+    """A managedFields entry as written by hand (``api_version``: the object's, or the API
+    server drops the entry); its ``fieldsV1`` is a marker that ``with_deep_managed_fields``
+    replaces by a chain."""
     return [
         {
             "manager": "tenant",
             "operation": "Update",
-            "apiVersion": "v1",
+            "apiVersion": api_version,
             "time": "2026-11-29T07:00:00Z",
             "fieldsType": "FieldsV1",
             "fieldsV1": _MARKER,
@@ -39,13 +40,14 @@ def deep_managed_fields(levels: int) -> list[dict[str, Any]]:
 
 def with_deep_managed_fields(obj: dict[str, Any], levels: int) -> str:
     """``obj`` as JSON text with ``metadata.managedFields[0].fieldsV1`` ``levels`` deep."""
-    shallow = {**obj, "metadata": {**obj["metadata"], "managedFields": deep_managed_fields(0)}}
+    entries = deep_managed_fields(str(obj.get("apiVersion") or "v1"))
+    shallow = {**obj, "metadata": {**obj["metadata"], "managedFields": entries}}
     text = json.dumps(shallow, separators=(",", ":"))
     return text.replace(json.dumps(_MARKER), chain(levels), 1)
 
 
-def deep_list_page(objects: list[str], rv: str = "10") -> bytes:
+def deep_list_page(objects: list[str], rv: str = "10", kind: str = "List") -> bytes:
     """A list page of objects already written as JSON text."""
     meta = json.dumps({"resourceVersion": rv})
-    head = '{"kind":"List","apiVersion":"v1","metadata":' + meta + ',"items":['
+    head = '{"kind":"' + kind + '","apiVersion":"v1","metadata":' + meta + ',"items":['
     return (head + ",".join(objects) + "]}").encode()

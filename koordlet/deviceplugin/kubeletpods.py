@@ -11,7 +11,8 @@ the API server.
 Invariants:
 
 - The API server stays the source of truth: when the kubelet cannot be used — no answer, not
-  200, a body over ``max_body`` bytes (never read past it), not a PodList — or lists no
+  200, a body over ``max_body`` bytes (never read past it), not JSON (nested deeper than
+  ``apis.jsonload.MAX_DEPTH`` included), not a PodList — or lists no
   candidate (gpushare falls back then too), the API server is listed instead, with one warning
   line saying why. An Allocate is never refused because the kubelet failed.
 - The kubelet's copies lag the API server. A pod this source marked ``ASSIGNED`` is never a
@@ -26,7 +27,6 @@ Invariants:
 from __future__ import annotations
 
 import http.client
-import json
 import ssl
 import threading
 import time
@@ -37,6 +37,8 @@ from typing import Final, Protocol
 
 import structlog
 
+from apis.core import drop_managed_fields
+from apis.jsonload import loads
 from koordlet.deviceplugin.gpushare import PendingPod, PodConflict, pending_pods
 
 __all__ = [
@@ -182,8 +184,8 @@ class KubeletPodSource:
             raise KubeletPodsError(f"{url}: {exc}") from None
         finally:
             conn.close()
-        try:
-            doc = json.loads(body)
+        try:  # any depth a Go server serves: a tenant nests managedFields 1,500 levels
+            doc = drop_managed_fields(loads(body))
         except ValueError as exc:
             raise KubeletPodsError(f"{url}: not JSON: {exc}") from None
         if (

@@ -12,7 +12,10 @@ scores in ``[0, MAX_EXTENDER_PRIORITY]``; preemption maps node names to victims.
 decoder matches keys case-insensitively, so incoming keys are matched the same way here.
 
 Invariants: a malformed request raises ``ExtenderRequestError`` with one message naming the
-field; nothing here guesses a value that was not sent.
+field; nothing here guesses a value that was not sent. Bodies decode with
+``apis.jsonload.loads`` (anything kube-scheduler sends: a tenant's pod with managedFields
+nested 1,500 levels; deeper than ``MAX_DEPTH`` is a 400), and ``metadata.managedFields`` is
+dropped from the pod and the nodes as they are decoded.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from apis.core import DecodeError, Pod, decode_pod
+from apis.core import DecodeError, Pod, decode_pod, drop_managed_fields
+from apis.jsonload import MAX_DEPTH, JSONDecodeDepthError, loads
 
 __all__ = [
     "MAX_EXTENDER_PRIORITY",
@@ -83,11 +87,13 @@ class FilterResult:
 
 def _load(body: bytes) -> Mapping[str, Any]:
     try:
-        obj = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
+        obj = loads(body)
+    except JSONDecodeDepthError:  # a hostile body: [[[[...]]]] 100,000 deep
+        raise ExtenderRequestError(
+            f"request body is JSON nested too deeply (over {MAX_DEPTH} levels)"
+        ) from None
+    except ValueError as exc:  # UnicodeDecodeError included
         raise ExtenderRequestError(f"request body is not JSON: {exc}") from None
-    except RecursionError:  # a hostile body: [[[[...]]]] 100,000 deep
-        raise ExtenderRequestError("request body is JSON nested too deeply") from None
     if not isinstance(obj, dict):
         raise ExtenderRequestError("request body must be a JSON object")
     return obj
@@ -105,7 +111,7 @@ def _get(obj: Mapping[str, Any], key: str) -> Any:
 
 
 def _pod(obj: Mapping[str, Any]) -> Pod:
-    raw = _get(obj, "pod")
+    raw = drop_managed_fields(_get(obj, "pod"))
     if not isinstance(raw, dict):
         raise ExtenderRequestError('"pod" is missing or not an object')
     try:
@@ -125,6 +131,7 @@ def decode_extender_args(body: bytes) -> ExtenderArgs:
             raise ExtenderRequestError('"nodenames" must be a list of strings')
         return ExtenderArgs(pod, tuple(names))
     if isinstance(nodes, dict):
+        drop_managed_fields(nodes)  # a NodeList: from each of its items
         items = _get(nodes, "items") or []
         if not isinstance(items, list) or not all(isinstance(n, dict) for n in items):
             raise ExtenderRequestError('"nodes.items" must be a list of Node objects')

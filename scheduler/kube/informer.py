@@ -424,13 +424,13 @@ class Informer:
         drop_managed_fields(obj)
         if self.spec.accept is not None and not self.spec.accept(obj):
             return None
-        key = self._raw_key(obj)
         try:
             record = self.spec.decode(obj)
         except Exception as exc:  # DecodeError, DeviceDecodeError, RecursionError, anything
-            self._hold(key, str(exc) or type(exc).__name__)
+            self._hold(self._raw_key(obj), str(exc) or type(exc).__name__)
             return None
-        self._release(key, "decodes again")
+        if self._quarantine:  # the key only when something is held (the LIST hot path)
+            self._release(self._raw_key(obj), "decodes again")
         return record
 
     def _hold(self, key: str, reason: str) -> None:

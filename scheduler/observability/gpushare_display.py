@@ -28,7 +28,6 @@ Invariants: pure (objects in, text out); malformed values count the way the orig
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from typing import Any, Final
 
 from apis.core import Node, Pod
 from apis.gpushare import ANNOTATION_IDX, RESOURCE_GPU_COUNT, RESOURCE_GPU_MEM
+from apis.jsonload import loads
 from apis.quantity import Quantity, QuantityError, int_value
 from scheduler.observability.inspect_gpushare import GPUShareNode
 from scheduler.observability.tabwriter import tabwrite
@@ -153,7 +153,7 @@ def allocation_of(annotations: Mapping[str, str]) -> dict[int, int]:
     if raw is None:
         return {}
     try:
-        doc = json.loads(raw)
+        doc = loads(raw)
     except ValueError:
         return {}
     if not isinstance(doc, dict):

@@ -346,12 +346,14 @@ class _InformerCollector(Collector):
             "resource.",
             labels=["resource"],
         )
-        informers = _safe(lambda: list(self._source()))
+        informers: list[InformerLike] | None = _safe(lambda: list(self._source()))
         for informer in informers or ():
-            counts = _safe(lambda i=informer: (i.decode_errors, len(i.quarantined())))
-            if counts is not None:
-                errors.add_metric([informer.kind], float(counts[0]))
-                held.add_metric([informer.kind], float(counts[1]))
+            try:
+                kind, count, now = informer.kind, informer.decode_errors, informer.quarantined()
+            except Exception:  # a scrape never fails on one source
+                continue
+            errors.add_metric([kind], float(count))
+            held.add_metric([kind], float(len(now)))
         yield errors
         yield held
 

@@ -9,9 +9,12 @@ an answer whose uid differs); ``patchType`` is ``JSONPatch`` and ``patch`` is th
 JSON array; a refusal's ``status.message`` is what the user sees after ``admission webhook
 "<name>" denied the request:``.
 
-Invariants: a body that is not an AdmissionReview with a request (bad JSON, JSON nested too
-deeply, wrong kind or version, a missing uid) raises ``ReviewError`` with one line naming the
-field, answered 400; nothing here guesses a value that was not sent.
+Invariants: a body that is not an AdmissionReview with a request (bad JSON, JSON nested
+deeper than ``apis.jsonload.MAX_DEPTH``, wrong kind or version, a missing uid) raises
+``ReviewError`` with one line naming the field, answered 400; nothing here guesses a value
+that was not sent. Anything the API server sends decodes: a tenant's pod with managedFields
+nested 1,500 levels (the API server stores it) is reviewed like any pod, its
+``metadata.managedFields`` dropped from ``object`` and ``oldObject`` (no webhook reads it).
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
+
+from apis.core import drop_managed_fields
+from apis.jsonload import MAX_DEPTH, JSONDecodeDepthError, loads
 
 __all__ = [
     "API_VERSIONS",
@@ -84,10 +90,12 @@ def _str(value: Any, path: str) -> str:
 def decode_review(body: bytes) -> Review:
     """The review of ``body``; raises ``ReviewError``."""
     try:
-        doc = json.loads(body)
-    except RecursionError:  # a hostile body: [[[[...]]]] 100,000 deep
-        raise ReviewError("request body is JSON nested too deeply") from None
-    except (ValueError, UnicodeDecodeError) as exc:
+        doc = loads(body)
+    except JSONDecodeDepthError:  # a hostile body: [[[[...]]]] 100,000 deep
+        raise ReviewError(
+            f"request body is JSON nested too deeply (over {MAX_DEPTH} levels)"
+        ) from None
+    except ValueError as exc:  # UnicodeDecodeError included
         raise ReviewError(f"request body is not JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise ReviewError(f"expected an AdmissionReview object, got {type(doc).__name__}")
@@ -121,8 +129,8 @@ def decode_review(body: bytes) -> Review:
         namespace=_str(req.get("namespace"), "request.namespace"),
         name=_str(req.get("name"), "request.name"),
         user=UserInfo(_str(user.get("username"), "request.userInfo.username"), tuple(groups)),
-        object=_obj(req.get("object"), "request.object"),
-        old_object=_obj(req.get("oldObject"), "request.oldObject"),
+        object=_obj(drop_managed_fields(req.get("object")), "request.object"),
+        old_object=_obj(drop_managed_fields(req.get("oldObject")), "request.oldObject"),
     )
 
 

@@ -96,16 +96,24 @@ class Kube:
     def request(
         self, method: str, path: str, body: Any = None, content_type: str = "application/json"
     ) -> dict[str, Any]:
+        """One request; ``body`` is JSON-encoded unless it is already ``bytes``."""
+        text = self.request_text(method, path, body, content_type)
+        return json.loads(text) if text else {}
+
+    def request_text(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json"
+    ) -> str:
+        """The answer's text, undecoded (an object nested deeper than ``json`` can read)."""
         headers = dict(self._headers)
         data = None
         if body is not None:
             headers["Content-Type"] = content_type
-            data = json.dumps(body).encode()
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
         resp = self._pool.request(method, self.url + path, body=data, headers=headers, timeout=30)
         text = resp.data.decode()
         if resp.status >= 300:
             raise KubeError(resp.status, text)
-        return json.loads(text) if text else {}
+        return str(text)
 
     def get(self, path: str) -> dict[str, Any]:
         return self.request("GET", path)

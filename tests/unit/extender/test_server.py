@@ -13,6 +13,7 @@ from typing import Any
 from scheduler.extender.server import ExtenderServer
 from tests.adversarial_cluster import AdversarialCluster
 from tests.builders import make_pod
+from tests.deepjson import with_deep_managed_fields
 from tests.unit.extender.harness import Running, gpu_cluster, running
 
 OBSERVED: list[tuple[str, int]] = []
@@ -116,7 +117,8 @@ def test_a_bind_for_a_uid_re_created_since_its_filter_answers_an_error() -> None
         args = {"PodName": "p", "PodNamespace": "default", "PodUID": "old", "Node": "n"}
         code, body = call(f"{base}/gpushare-scheduler/bind", args)
     assert (code, json.loads(body)) == (
-        500, {"Error": "pod default/p was re-created (uid new, not old): not bound"}
+        500,
+        {"Error": "pod default/p was re-created (uid new, not old): not bound"},
     )
     assert r.cluster.binds == 0
     assert not r.cluster.pods["default/p"].node_name
@@ -128,6 +130,23 @@ def test_json_nested_too_deep_is_a_400_not_a_500() -> None:
         code, body = call(url + "/filter", raw=deep)
         assert code == 400, body
         assert b"nested too deeply" in body
+
+
+def test_a_pod_with_deep_managed_fields_is_filtered_like_any() -> None:
+    """Issue 45: kube-scheduler sends the pod as the API server serves it; a tenant's pod
+    whose managedFields nest 1,500 levels is filtered and prioritized, not refused."""
+    with serving() as (r, base):
+        pod = make_pod("deep").req(cpu="1").limit({"aliyun.com/gpu-mem": "3"}).obj()
+        r.cluster.apply_pod(pod)
+        pod_text = with_deep_managed_fields(pod, 1_500)
+        for path in ("/gpushare-scheduler/filter", "/filter"):
+            code, body = call(base + path, raw=b'{"pod":%s,"nodenames":["n"]}' % pod_text.encode())
+            assert code == 200 and json.loads(body)["nodenames"] == ["n"], body
+        nodes = '{"items":[' + with_deep_managed_fields(r.cluster.nodes["n"].raw, 1_500) + "]}"
+        code, body = call(
+            base + "/prioritize", raw=f'{{"pod":{pod_text},"nodes":{nodes}}}'.encode()
+        )
+        assert code == 200 and json.loads(body) == [{"host": "n", "score": 10}], body
 
 
 def test_many_concurrent_clients_are_all_answered() -> None:

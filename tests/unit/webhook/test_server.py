@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,8 @@ from scheduler.observability.health import Check, HealthServer
 from scheduler.observability.tls import issue_serving, load_server_context
 from scheduler.webhook.policy import WebhookPolicy
 from scheduler.webhook.server import AdmissionRoutes, WebhookMetrics
-from tests.unit.webhook.reviews import body, patch_of, pod, response
+from tests.deepjson import with_deep_managed_fields
+from tests.unit.webhook.reviews import body, patch_of, pod, response, review_doc
 
 MAX_BODY = 64 << 10
 
@@ -107,6 +109,36 @@ def test_hostile_bodies_get_one_line_and_the_server_keeps_serving(
     assert _post(port, ctx, "/nowhere", b"{}")[0] == 404
     assert _get(port, ctx, "/healthz") == (200, "ok\n")
     assert response(_post(port, ctx, "/mutate", body(GPU))[1])["allowed"] is True
+
+
+def deep(obj: dict[str, Any], levels: int = 1_500, **kw: Any) -> bytes:
+    """``body(obj)`` with the pod's (and an UPDATE's old pod's) managedFields ``levels``
+    deep, as the API server sends a tenant's pod (it accepts and stores them)."""
+    doc = review_doc(obj, **kw)
+    text = json.dumps(doc)
+    for key in ("object", "oldObject"):
+        if doc["request"][key] is not None:
+            text = text.replace(
+                json.dumps(doc["request"][key]),
+                with_deep_managed_fields(doc["request"][key], levels),
+            )
+    return text.encode()
+
+
+def test_a_pod_with_deep_managed_fields_is_reviewed_like_any(
+    served: tuple[int, AdmissionRoutes, ssl.SSLContext],
+) -> None:
+    """Issue 45: a tenant's pod whose managedFields nest 1,500 levels (the API server accepts
+    it) is mutated, validated and guarded as any pod, not refused as a bad request."""
+    port, _, ctx = served
+    code, out = _post(port, ctx, "/mutate", deep(GPU))
+    assert code == 200 and patch_of(response(out))[0]["value"] == "koord-scheduler"
+    resp = response(_post(port, ctx, "/validate", deep(BAD))[1])
+    assert resp["allowed"] is False and resp["status"]["message"].startswith("spec.containers[0]")
+    resp = response(
+        _post(port, ctx, "/guard", deep(HELD, operation="UPDATE", old=GPU, user="alice"))[1]
+    )
+    assert resp["allowed"] is False and resp["status"]["code"] == 403
 
 
 def test_a_body_without_length_is_refused(

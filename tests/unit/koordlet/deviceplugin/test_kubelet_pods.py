@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from apis.jsonload import MAX_DEPTH
 from koordlet.cli import UserError, _gpushare_pods, build_parser, cmd_run
 from koordlet.deviceplugin.api import api_pb2
 from koordlet.deviceplugin.gpushare import (
@@ -35,6 +36,7 @@ from koordlet.deviceplugin.gpushare import (
 from koordlet.deviceplugin.kubeletpods import KubeletPodsConfig, KubeletPodSource
 from koordlet.deviceplugin.server import GPUSharePlugin
 from scheduler.observability.tls import self_signed, server_context
+from tests.deepjson import chain, deep_list_page, with_deep_managed_fields
 
 NODE = "node-a"
 GI = 1 << 30
@@ -194,6 +196,7 @@ def test_candidates_come_from_the_kubelet_with_the_api_servers_rule(kubelet: Any
     ("setup", "reason"),
     [
         (lambda s: setattr(s, "body", b"<html>not json"), "not JSON"),
+        (lambda s: setattr(s, "body", chain(MAX_DEPTH + 1).encode()), "nested deeper"),
         (lambda s: setattr(s, "body", b'{"kind": "Status", "items": []}'), "not a PodList"),
         (lambda s: setattr(s, "status", 401), "HTTP 401"),
         (lambda s: setattr(s, "body", pod_list()), "lists no pending gpushare pod"),
@@ -203,6 +206,7 @@ def test_candidates_come_from_the_kubelet_with_the_api_servers_rule(kubelet: Any
     ],
     ids=[
         "garbage",
+        "too-deep",
         "not-a-podlist",
         "unauthorized",
         "no-candidate",
@@ -225,6 +229,19 @@ def test_an_unusable_kubelet_answer_falls_back_to_the_api_server_with_one_line(
     assert [p.name for p in pods] == ["from-api"] and api.lists == 1
     (warning,) = _warnings(logs)
     assert reason in f"{warning['event']} {warning.get('error', '')}"
+
+
+def test_a_pod_with_deep_managed_fields_is_a_candidate_like_any(kubelet: Any) -> None:
+    """A tenant's 1,500-deep managedFields (the API server serves it, so does the kubelet):
+    the list decodes, the candidate is found, nothing falls back."""
+    state, config = kubelet
+    deep = with_deep_managed_fields(pod_obj("deep", [2]), 1_500)
+    other = json.dumps(pod_obj("other", [1], phase="Running"))
+    state.body = deep_list_page([deep, other], kind="PodList")
+    api = FakeApi()
+    with capture_logs() as logs:
+        pods = KubeletPodSource(config, api).pending_gpushare_pods(NODE)
+    assert [p.key for p in pods] == ["ns/deep"] and api.lists == 0 and not _warnings(logs)
 
 
 def _fields(config: KubeletPodsConfig) -> dict[str, Any]:
