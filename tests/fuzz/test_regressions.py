@@ -63,8 +63,8 @@ CASES = [
      "disruptionsAllowed"),
     ("topology", b'{"links":[],"x":' + _deep(3000) + b"}", "nested deeper than"),
     ("topology", b'{"links":[{"minors":[0,1],"gpuLinkType":"NVLink","nvlinks":' + _deep(3000)
-     + b"}]}", "nvlinks"),
-    ("topology", _deep(5000), "expected an object"),
+     + b"}]}", "nested deeper than"),
+    ("topology", _deep(5000), "nested deeper than"),
     ("partition-table", _deep(5000), "expected an object"),
     ("partition-spec", b'{"allocatePolicy":' + _deep(3000) + b"}", "allocatePolicy"),
     ("partition-table", b'{"1":[{"minors":' + _deep(3000) + b"}]}", "minors"),
