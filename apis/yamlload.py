@@ -22,7 +22,8 @@ bound.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, Final
 
 import yaml
@@ -100,6 +101,17 @@ def _depth_ok(parser: Any) -> bool:
         parser.dispose()
 
 
+@contextmanager
+def _constructed() -> Iterator[None]:
+    """PyYAML's constructors raise ``ValueError`` for a scalar that matches a type's pattern
+    but is no value of it (an integer past ``str()``'s 4,300 digits, ``2001-13-45``): a
+    ``yaml.constructor.ConstructorError`` here, as any other problem of the text."""
+    try:
+        yield
+    except (ValueError, OverflowError) as exc:
+        raise yaml.constructor.ConstructorError(None, None, f"invalid value: {exc}") from None
+
+
 def _documents(text: str, loader: type[Any], progress: Progress | None) -> list[Any]:
     total = text.count("\n---") + 1 if progress is not None else 0
     reader = loader(text)
@@ -125,21 +137,23 @@ def load_all(
     ``yaml.CSafeLoader``); an error is the pure loader's."""
     check_depth(text)
     c_loader = _fast(loader, fast)
-    if c_loader is not None:
-        try:
-            return _documents(text, c_loader, progress)
-        except yaml.YAMLError:
-            pass  # reported below, in the pure loader's words
-    return _documents(text, loader, progress)
+    with _constructed():
+        if c_loader is not None:
+            try:
+                return _documents(text, c_loader, progress)
+            except yaml.YAMLError:
+                pass  # reported below, in the pure loader's words
+        return _documents(text, loader, progress)
 
 
 def load_one(text: str, loader: type[Any] = yaml.SafeLoader, fast: type[Any] | None = None) -> Any:
     """The single document of ``text`` (``yaml.load``), C-parsed when possible."""
     check_depth(text)
     c_loader = _fast(loader, fast)
-    if c_loader is not None:
-        try:
-            return yaml.load(text, Loader=c_loader)
-        except yaml.YAMLError:
-            pass
-    return yaml.load(text, Loader=loader)
+    with _constructed():
+        if c_loader is not None:
+            try:
+                return yaml.load(text, Loader=c_loader)
+            except yaml.YAMLError:
+                pass
+        return yaml.load(text, Loader=loader)

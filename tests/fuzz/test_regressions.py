@@ -39,6 +39,14 @@ def _gang_annotation(key: str, value: bytes) -> bytes:
         value.decode()).encode() + b"}"  # fmt: skip
 
 
+def _laughs(key: bytes, levels: int = 9) -> bytes:
+    """``key`` set to an alias of ``10**levels`` strings in 10 bytes per level."""
+    lines = [b'a0: &a0 "lol"']
+    for i in range(1, levels + 1):
+        lines.append(b"a%d: &a%d [" % (i, i) + b", ".join([b"*a%d" % (i - 1)] * 10) + b"]")
+    return b"\n".join(lines) + b"\n" + key + b": *a%d\nkind: Pod\n" % levels
+
+
 def _strategy(value: bytes) -> bytes:
     return b'{"gatherStrategy":[{"layer":"x","strategy":' + value + b"}]}"
 
@@ -54,6 +62,18 @@ CASES = [
     ("fake-gpus", b"{a: " * 1000 + b"1" + b"}" * 1000, "nested deeper than"),
     ("fake-gpus", b"".join(b" " * i + b"a:\n" for i in range(600)) + b" " * 600 + b"1\n",
      "nested deeper than"),
+    # values PyYAML's constructor turns into a ValueError, not a YAMLError: an integer past
+    # str()'s 4,300 digits, a timestamp that is no date
+    ("scenario", b"a: " + b"9" * 5000 + b"\n", "4300"),
+    ("scenario", b"a: 2001-13-45\n", "month"),
+    ("config", b"percentageOfNodesToScore: " + b"9" * 5000 + b"\n", "4300"),
+    ("sweep", b"seeds: " + b"9" * 5000 + b"\n", "4300"),
+    ("fake-gpus", b"gpus: [{minor: " + b"9" * 5000 + b"}]\n", "4300"),
+    # a scenario object whose apiVersion is a mapping (TypeError: unhashable, testing it
+    # against the set of known kinds), and one that is a "billion laughs" alias: named in the
+    # error by repr, it took minutes and gigabytes
+    ("scenario", b"apiVersion: {a: 1}\nkind: Pod\n", "apiVersion"),
+    ("scenario", _laughs(b"apiVersion"), "apiVersion"),
     # a PodGroup whose metadata is not an object (AttributeError: 'str' has no 'get')
     ("pod-group", b'{"metadata":"g"}', "metadata"),
     # JSON the API server accepts (10,000 levels) reaching decoders that recursed on it:
