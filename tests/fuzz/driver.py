@@ -130,7 +130,7 @@ def _crash_line(name: str, path: Path, log: str) -> str:
 
 
 def _run(
-    name: str, names: list[str], seconds: int, timeout: int, rss_mb: int
+    name: str, names: list[str], seconds: int, timeout: int, rss_mb: int, extra: list[str]
 ) -> tuple[list[str], str]:
     corpus = _seed_corpus(name, names)
     crashes = WORK / "crashes" / name
@@ -145,6 +145,7 @@ def _run(
         f"-dict={_dictionary(name, names)}",
         "-max_len=1048576",
         "-print_final_stats=1",
+        *extra,
         str(corpus),
     ]
 
@@ -177,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--targets", default="")
     parser.add_argument("--replay", default="")
     parser.add_argument("--verbose", action="store_true", help="print each child's log")
-    parser.add_argument("libfuzzer", nargs="*")
+    parser.add_argument("libfuzzer", nargs="*", help="more libFuzzer flags, after --")
     args = parser.parse_args(argv)
 
     if args.child:
@@ -195,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = [(MULTIPLEX, names)] if args.multiplex else [(n, [n]) for n in names]
     for name, chosen in runs:
         start = time.monotonic()
-        lines, log = _run(name, chosen, args.seconds, args.timeout, args.rss_mb)
+        lines, log = _run(name, chosen, args.seconds, args.timeout, args.rss_mb, args.libfuzzer)
         stats = dict(re.findall(r"stat::(\w+):\s+(\d+)", log))
         print(
             f"fuzz {name}: {stats.get('number_of_executed_units', '?')} inputs in "

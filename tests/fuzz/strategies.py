@@ -165,12 +165,17 @@ def _json_inputs(seeds: list[bytes]) -> st.SearchStrategy[bytes]:
 # -- YAML --------------------------------------------------------------------------------------
 
 
-def _billion_laughs(levels: int, fan: int) -> bytes:
+_LAUGH_KEYS = ["gpus", "nodes", "traces", "profiles", "apiVersion", "kind", "metadata", "spec",
+               "variants", "seeds", "healthFile", "driverVersion"]  # fmt: skip
+
+
+def _billion_laughs(levels: int, fan: int, keys: list[str]) -> bytes:
+    """``keys`` (top-level fields of the targets' files) set to an alias of ``fan**levels``
+    strings, in a few hundred bytes."""
     lines = ['a0: &a0 "lol"']
     for i in range(1, levels):
         lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * fan) + "]")
-    lines.append(f"gpus: *a{levels - 1}")
-    lines.append(f"nodes: *a{levels - 1}")
+    lines += [f"{key}: *a{levels - 1}" for key in keys]
     return ("\n".join(lines) + "\n").encode()
 
 
@@ -181,6 +186,7 @@ _ODD_YAML = [
     b"*unknown\n", b"a: &a [*a]\n", b"? [1, 2]\n: 3\n", b"{[1]: 2}\n", b"a: 0x1F\nb: 0o17\n",
     b"a: 1e999\n", b"a: " + b"9" * 5000 + b"\n", b"- - - - -\n", b"", b"---\n", b"...\n",
     b"%YAML 9.9\n--- a\n", b"a: 2001-12-14t21:59:43.10-05:00\n", b"a: !!set {x, y}\n",
+    b"a: 2001-13-45\n", b"a: 0000-00-00\n", b"a: !!float 1e99999\n", b"a: !!int 0x\n",
 ]  # fmt: skip
 
 
@@ -233,7 +239,8 @@ def _yaml_inputs(seeds: list[bytes]) -> st.SearchStrategy[bytes]:
         _mutated_yaml(seeds),
         _deep_yaml(),
         _huge_yaml(),
-        st.builds(_billion_laughs, st.integers(6, 12), st.integers(6, 12)),
+        st.builds(_billion_laughs, st.integers(6, 12), st.integers(6, 12),
+                  st.lists(st.sampled_from(_LAUGH_KEYS), min_size=1, max_size=3, unique=True)),
         st.sampled_from(_ODD_YAML),
         st.binary(max_size=200),
         _json_value().map(lambda v: yaml.safe_dump(v).encode()),
