@@ -572,9 +572,12 @@ def _fairshare_server(data: bytes) -> object:
 
             before, errors = state(), server.protocol_errors
             with socket.create_connection((ep.manager_ip, ep.manager_port), timeout=30) as s:
-                s.sendall(data)
-                s.shutdown(socket.SHUT_WR)
-                while s.recv(1 << 16):
+                try:
+                    s.sendall(data)
+                    s.shutdown(socket.SHUT_WR)
+                    while s.recv(1 << 16):
+                        pass
+                except OSError:  # the server closed the connection first: its refusal
                     pass
             if refused:
                 if server.protocol_errors != errors + 1:
