@@ -74,6 +74,9 @@ CASES = [
     # error by repr, it took minutes and gigabytes
     ("scenario", b"apiVersion: {a: 1}\nkind: Pod\n", "apiVersion"),
     ("scenario", _laughs(b"apiVersion"), "apiVersion"),
+    # a sweep file of many keys: its duplicate-key check compared each key with all before it
+    # (60,000 keys: minutes), in the pure-Python loader
+    ("sweep", b"".join(b"k%d: 1\n" % i for i in range(60_000)), "unknown field"),
     # a PodGroup whose metadata is not an object (AttributeError: 'str' has no 'get')
     ("pod-group", b'{"metadata":"g"}', "metadata"),
     # JSON the API server accepts (10,000 levels) reaching decoders that recursed on it:
