@@ -3,11 +3,12 @@
 A user with the default ``edit`` ClusterRole in one namespace (RBAC on; the role aggregated as
 kube-controller-manager would, plus the PodGroup rules an installation offering gangs to
 tenants adds) creates a Pod, a PodDisruptionBudget and a PodGroup whose
-``metadata.managedFields[0].fieldsV1`` nests 1,500 levels. The API server accepts them and
-serves them back as written. ``json.loads`` stops at ~1,000 levels: before the fix the
-webhook refused the pod (400), a running scheduler's informers relisted for ever and a
-restarted one never became ready, and koordlet's node pod list failed (no Device sync, never
-ready). Proved here, on one API server:
+``metadata.managedFields[0].fieldsV1`` nests 1,500 levels, and a Pod as deep as the API
+server accepts (10,000 levels; its list page 10,002). The API server accepts them and serves
+them back as written. ``json.loads`` stops at ~1,000 levels: before the fix the webhook
+refused the pod (400), a running scheduler's informers relisted for ever and a restarted one
+never became ready, and koordlet's node pod list failed (no Device sync, never ready). Proved
+here, on one API server:
 
 - the koord webhook reviews the deep pod (mutates it to koord-scheduler), and the running
   scheduler binds it and another GPU pod created after it;
@@ -56,6 +57,9 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.e2e
 
 DEEP = 1_500
+DEEPEST = 9_996
+"""The deepest fieldsV1 the API server accepts in a Pod written as JSON (the Pod is then
+10,000 levels deep, json-iterator's limit; a list page of it 10,002)."""
 NODE = "gpu-0"
 SCHEDULER = "koord-scheduler"
 RBAC_GROUP = "rbac.authorization.k8s.io"
@@ -204,15 +208,18 @@ def test_a_tenants_deep_objects_block_nothing(make_apiserver: Any, tmp_path: Pat
             "metadata": {"name": "deep-group"},
             "spec": {"minMember": 1},
         }
-        deep: list[tuple[str, dict[str, Any]]] = [
-            (pods, deep_pod),
-            (PDBS.format(ns=ns), pdb),
-            (POD_GROUPS.format(ns=ns), group),
+        deepest = gpu_pod("deepest-pod", "default-scheduler", {})
+        deep: list[tuple[str, dict[str, Any], int]] = [
+            (pods, deep_pod, DEEP),
+            (PDBS.format(ns=ns), pdb, DEEP),
+            (POD_GROUPS.format(ns=ns), group, DEEP),
+            (pods, deepest, DEEPEST),
         ]
-        for path, obj in deep:
-            wait_for(f"the tenant's deep {obj['kind']}", _creator(tenant, path, obj), timeout=30)
+        for path, obj, levels in deep:
+            create = _creator(tenant, path, obj, levels)
+            wait_for(f"the tenant's deep {obj['kind']}", create, timeout=30)
             served = admin.request_text("GET", f"{path}/{obj['metadata']['name']}")
-            assert served.count('"f:a"') >= DEEP - 1, served[:500]
+            assert served.count('"f:a"') >= levels - 1, served[:500]
 
         # The running scheduler: the deep pod (mutated by the webhook) and the next are bound.
         assert scheduler_name_of(admin, f"{pods}/deep-pod") == SCHEDULER
@@ -271,13 +278,13 @@ def _allowed(kube: Kube, path: str) -> bool:
     return True
 
 
-def _creator(kube: Kube, path: str, obj: dict[str, Any]) -> Callable[[], bool]:
+def _creator(kube: Kube, path: str, obj: dict[str, Any], levels: int) -> Callable[[], bool]:
     """POST ``obj`` with deep managedFields; False (try again) while the webhook is being
     registered or does not answer."""
 
     def create() -> bool:
         try:
-            kube.request_text("POST", path, with_deep_managed_fields(obj, DEEP).encode())
+            kube.request_text("POST", path, with_deep_managed_fields(obj, levels).encode())
         except KubeError as exc:
             if exc.status == 409:
                 return True
