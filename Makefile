@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: all demo test test-unit bench bench-b2 bench-b3 bench-b3-models bench-b4 lint proto kube-apiserver kube-scheduler image clean chaos chaos-soak
+.PHONY: all demo test test-unit fuzz bench bench-b2 bench-b3 bench-b3-models bench-b4 lint proto kube-apiserver kube-scheduler image clean chaos chaos-soak
 
 all: test
 
@@ -31,6 +31,13 @@ test: $(STAMP)
 ## test-unit: the fast tiers only (no kube-apiserver)
 test-unit: $(STAMP)
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+## fuzz: every decoder of outside input under atheris for FUZZ_SECONDS each (TARGET=name: one);
+## crashes go to .fuzz/crashes/<target>/, one line each, and fail the run (docs/fuzzing.md)
+FUZZ_SECONDS ?= 60
+TARGET ?=
+fuzz: $(STAMP)
+	$(BIN)/python -m tests.fuzz.driver --seconds $(FUZZ_SECONDS) $(if $(TARGET),--target $(TARGET))
 
 ## chaos: the chaos tier (B5) with a longer fault schedule; CHAOS_SEED=N replays a schedule
 CHAOS_MINUTES ?= 30

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from apis.jsonshow import MAX_KEPT_DEPTH, too_deep
 from apis.partition import ANNOTATION_GPU_PARTITIONS, PartitionTable, partition_policy
 from apis.quantity import Quantity, QuantityError, int_value
 from apis.topology import ANNOTATION_GPU_TOPOLOGY, GPUTopology
@@ -180,7 +181,13 @@ def _quantity(v: object, path: str) -> Quantity:
     raise DeviceDecodeError(path, f"expected a quantity, got {_kind(v)}")
 
 
-def _extra(obj: Mapping[str, Any], known: frozenset[str]) -> dict[str, Any]:
+def _extra(obj: Mapping[str, Any], known: frozenset[str], path: str) -> dict[str, Any]:
+    """The fields not read, kept (copied) to be written back; one nested past
+    ``MAX_KEPT_DEPTH`` is refused (copying or dumping it would recurse past the limit)."""
+    for k, v in obj.items():
+        if k not in known and too_deep(v):
+            where = f"{path}.{k}" if path else k
+            raise DeviceDecodeError(where, f"nested deeper than {MAX_KEPT_DEPTH} levels")
     return {k: copy.deepcopy(v) for k, v in obj.items() if k not in known}
 
 
@@ -213,7 +220,7 @@ class DeviceTopology:
             node_id=_opt_int32(o.get("nodeID"), f"{path}.nodeID") or 0,
             pcie_id=_str(o.get("pcieID"), f"{path}.pcieID"),
             bus_id=_str(o.get("busID"), f"{path}.busID"),
-            extra=_extra(o, cls._KNOWN),
+            extra=_extra(o, cls._KNOWN, path),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -243,7 +250,7 @@ class VirtualFunction:
         return cls(
             minor=_opt_int32(o.get("minor"), f"{path}.minor") or 0,
             bus_id=_str(o.get("busID"), f"{path}.busID"),
-            extra=_extra(o, cls._KNOWN),
+            extra=_extra(o, cls._KNOWN, path),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -270,7 +277,7 @@ class VirtualFunctionGroup:
         return cls(
             labels=_str_map(o.get("labels"), f"{path}.labels"),
             vfs=tuple(VirtualFunction.from_dict(v, f"{path}.vfs[{i}]") for i, v in enumerate(vfs)),
-            extra=_extra(o, cls._KNOWN),
+            extra=_extra(o, cls._KNOWN, path),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -315,7 +322,7 @@ class Condition:
             message=_str(o.get("message"), f"{path}.message"),
             last_transition_time=_str(o.get("lastTransitionTime"), f"{path}.lastTransitionTime"),
             observed_generation=generation,
-            extra=_extra(o, cls._KNOWN),
+            extra=_extra(o, cls._KNOWN, path),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -383,7 +390,7 @@ class DeviceInfo:
             conditions=tuple(
                 Condition.from_dict(c, f"{path}.conditions[{i}]") for i, c in enumerate(conditions)
             ),
-            extra=_extra(o, cls._KNOWN),
+            extra=_extra(o, cls._KNOWN, path),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -488,9 +495,9 @@ class Device:
             status=None if status is None else copy.deepcopy(dict(_obj(status, "status"))),
             api_version=api_version,
             kind=kind,
-            metadata_extra=_extra(meta, cls._KNOWN_META),
-            spec_extra=_extra(spec, cls._KNOWN_SPEC),
-            extra=_extra(o, cls._KNOWN),
+            metadata_extra=_extra(meta, cls._KNOWN_META, "metadata"),
+            spec_extra=_extra(spec, cls._KNOWN_SPEC, "spec"),
+            extra=_extra(o, cls._KNOWN, ""),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -16,9 +16,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-# The same field readers as every v1 decoder of apis.core.
 from apis.core import DecodeError, Pod, _mapping, _str
 from apis.hints import LabelSelector, LabelSelectorRequirement
+
+# The same field readers as every v1 decoder of apis.core.
+from apis.jsonshow import show
 
 __all__ = ["PodDisruptionBudget", "decode_pdb"]
 
@@ -96,7 +98,7 @@ def decode_pdb(obj: Mapping[str, Any]) -> PodDisruptionBudget:
     if allowed is None:
         allowed = 0
     if isinstance(allowed, bool) or not isinstance(allowed, int):
-        raise DecodeError("status.disruptionsAllowed", f"expected an integer, got {allowed!r}")
+        raise DecodeError("status.disruptionsAllowed", f"expected an integer, got {show(allowed)}")
     disrupted = _mapping(status.get("disruptedPods"), "status.disruptedPods")
     return PodDisruptionBudget(
         namespace=namespace,

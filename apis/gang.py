@@ -27,6 +27,7 @@ from typing import Any
 from apis.core import Pod
 from apis.duration import DurationError, parse_go_duration_seconds
 from apis.jsonload import loads
+from apis.jsonshow import show
 
 PREFIX = "gang.scheduling.koordinator.sh"
 ANNOTATION_NAME = f"{PREFIX}/name"
@@ -162,9 +163,9 @@ def _same_node(text: str) -> bool:
         if not isinstance(entry, dict) or not isinstance(entry.get("layer"), str):
             raise GangSpecError(f"{field}: gatherStrategy[{i}] needs a layer")
         strategy = entry.get("strategy", GATHER_PREFER)
-        if strategy not in GATHER_STRATEGIES:
+        if not isinstance(strategy, str) or strategy not in GATHER_STRATEGIES:
             raise GangSpecError(
-                f"{field}: gatherStrategy[{i}].strategy {strategy!r} is not MustGather or "
+                f"{field}: gatherStrategy[{i}].strategy {show(strategy)} is not MustGather or "
                 "PreferGather"
             )
         if entry["layer"] == LAYER_NODE and strategy == GATHER_MUST:
@@ -258,10 +259,16 @@ def gang_of(pod: Pod, pod_groups: Mapping[str, PodGroup] | None = None) -> GangS
 
 def decode_pod_group(obj: Mapping[str, Any]) -> PodGroup:
     """A PodGroup from its JSON shape; raises GangSpecError naming the field."""
+    if not isinstance(obj, Mapping):
+        raise GangSpecError(f"PodGroup: not an object, got {type(obj).__name__}")
     meta = obj.get("metadata") or {}
-    name, namespace = meta.get("name"), meta.get("namespace", "default")
+    if not isinstance(meta, Mapping):
+        raise GangSpecError("PodGroup metadata: not an object")
+    name, namespace = meta.get("name"), meta.get("namespace") or "default"
     if not isinstance(name, str) or not name:
         raise GangSpecError("PodGroup metadata.name: required")
+    if not isinstance(namespace, str):
+        raise GangSpecError(f"PodGroup {name} metadata.namespace: not a string")
     spec = obj.get("spec") or {}
     if not isinstance(spec, Mapping):
         raise GangSpecError(f"PodGroup {namespace}/{name} spec: not an object")

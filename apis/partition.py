@@ -38,6 +38,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from apis.jsonload import loads
+from apis.jsonshow import show
 from apis.quantity import Quantity, QuantityError
 from apis.topology import TopologyDecodeError, json_kind
 
@@ -77,7 +79,7 @@ class PartitionDecodeError(TopologyDecodeError):
 
 def _int(v: object, path: str, minimum: int) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or not minimum <= v <= _INT_MAX:
-        raise PartitionDecodeError(path, f"expected an integer >= {minimum}, got {json.dumps(v)}")
+        raise PartitionDecodeError(path, f"expected an integer >= {minimum}, got {show(v)}")
     return v
 
 
@@ -101,7 +103,7 @@ def _object(v: object, path: str) -> Mapping[str, Any]:
 
 def _load(text: str) -> object:
     try:
-        return json.loads(text)
+        return loads(text)
     except (TypeError, ValueError) as exc:
         raise PartitionDecodeError("<root>", f"invalid JSON: {exc}") from None
 
@@ -135,7 +137,7 @@ class GPUPartition:
         raw = doc.get("minors")
         if isinstance(raw, str) or not isinstance(raw, Sequence) or not raw:
             raise PartitionDecodeError(
-                f"{path}.minors", f"expected a non-empty array, got {json.dumps(raw)}"
+                f"{path}.minors", f"expected a non-empty array, got {show(raw)}"
             )
         minors = [_int(m, f"{path}.minors[{i}]", 0) for i, m in enumerate(raw)]
         if len(set(minors)) != len(minors):
@@ -270,7 +272,7 @@ class PartitionSpec:
         if policy not in ALLOCATE_POLICIES:
             raise PartitionDecodeError(
                 "allocatePolicy",
-                f"expected Restricted or BestEffort, got {json.dumps(policy)}",
+                f"expected Restricted or BestEffort, got {show(policy)}",
             )
         bandwidth = doc.get("ringBusBandwidth")
         return cls(

@@ -65,6 +65,7 @@ from apis.topology import (
     ANCESTOR_SYSTEM,
     GPUTopology,
 )
+from apis.yamlload import load_one
 from koordlet.devices.interconnect import CardLinks, build_topology
 from koordlet.devices.library import (
     GPU,
@@ -325,7 +326,7 @@ def load_fake_spec(path: str | os.PathLike[str]) -> FakeSpec:
     """Read and validate a fake-GPU file; raises ``FakeSpecError`` (also for I/O errors)."""
     p = Path(path)
     try:
-        doc = yaml.safe_load(p.read_text())
+        doc = load_one(p.read_text())
     except OSError as exc:
         raise FakeSpecError(f"{p}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
@@ -401,7 +402,7 @@ class FakeLibrary:
         if path is None:
             return states
         try:
-            doc = yaml.safe_load(path.read_text())
+            doc = load_one(path.read_text())
         except FileNotFoundError:
             return states
         except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:

@@ -101,9 +101,8 @@ class _Gone(Exception):
 
 def _meta_rv(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata")
-    if isinstance(meta, Mapping):
-        return str(meta.get("resourceVersion") or "")
-    return ""
+    rv = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+    return rv if isinstance(rv, str) else ""  # a server's string; str() of a value may recurse
 
 
 class Informer:
@@ -387,10 +386,11 @@ class Informer:
             code = obj.get("code")
             if code == 410:
                 raise _Gone()
-            raise ApiError(
+            reason, message = obj.get("reason"), obj.get("message")
+            raise ApiError(  # a Status's strings; anything else (str() may recurse) unread
                 int(code) if isinstance(code, int) else 500,
-                str(obj.get("reason") or ""),
-                str(obj.get("message") or "watch error"),
+                reason if isinstance(reason, str) else "",
+                message if isinstance(message, str) and message else "watch error",
             )
         rv = _meta_rv(obj)
         if etype == "BOOKMARK":
@@ -460,11 +460,14 @@ class Informer:
         meta = obj.get("metadata")
         if not isinstance(meta, Mapping):
             return ""
-        name = str(meta.get("name") or "")
+        # strings as the server writes them; anything else is no key (formatting it may recurse)
+        name, namespace = meta.get("name"), meta.get("namespace")
+        name = name if isinstance(name, str) else ""
+        namespace = namespace if isinstance(namespace, str) else ""
         if self.kind == "Pod":
-            return f"{meta.get('namespace') or 'default'}/{name}"
-        if meta.get("namespace"):
-            return f"{meta['namespace']}/{name}"
+            return f"{namespace or 'default'}/{name}"
+        if namespace:
+            return f"{namespace}/{name}"
         return name
 
     def _emit(self, change: Change) -> None:

@@ -29,6 +29,7 @@ from apis.core import DecodeError, decode_node, decode_pod
 from apis.device import Device
 from apis.disruption import decode_pdb
 from apis.gang import POD_GROUP_API_VERSION, GangSpecError, decode_pod_group
+from apis.jsonshow import show
 from apis.yamlload import HAVE_LIBYAML, Progress, load_all
 from scheduler.simulator.validation import check_object
 
@@ -139,9 +140,13 @@ def parse_scenario(
         if not isinstance(obj, Mapping):
             raise ScenarioError(f"{where}: expected a Kubernetes object, got {_kind_of(obj)}")
         api_version, kind = obj.get("apiVersion"), obj.get("kind")
-        if (api_version, kind) not in _KINDS or not isinstance(kind, str):
+        if (
+            not isinstance(api_version, str)
+            or not isinstance(kind, str)
+            or (api_version, kind) not in _KINDS
+        ):
             raise ScenarioError(
-                f"{where}: unsupported object apiVersion={api_version!r} kind={kind!r} "
+                f"{where}: unsupported object apiVersion={_named(api_version)} kind={_named(kind)} "
                 f"(expected v1 Node, v1 Pod, {DEVICE_API_VERSION} Device, policy "
                 "PodDisruptionBudget, scheduling.k8s.io/v1 PriorityClass or "
                 f"{POD_GROUP_API_VERSION} PodGroup)"
@@ -234,6 +239,12 @@ def _offset(text: str, line: int) -> int:
             return len(text)
         pos = nxt + 1
     return pos
+
+
+def _named(value: Any) -> str:
+    """A field's value in an error: as Python writes a string or None, anything else (a YAML
+    value may be huge or share subtrees) through ``apis.jsonshow.show``."""
+    return repr(value) if value is None or isinstance(value, str) else show(value)
 
 
 def _kind_of(obj: Any) -> str:

@@ -37,7 +37,7 @@ from typing import Any, NoReturn
 import yaml
 from yaml.nodes import MappingNode
 
-from apis.yamlload import load_one
+from apis.yamlload import HAVE_LIBYAML, load_one
 from scheduler.config import Plugins, merge_plugins
 from scheduler.framework.interfaces import PluginFactory
 from scheduler.simulator.replay_job import PolicyDoc, ReplayUsageError, check_policy
@@ -57,17 +57,31 @@ FIELDS = ("nodes", "traces", "profiles", "seeds", "inflate", "targetWorkload", "
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """Duplicate keys are errors (a second ``seeds:`` must not silently win)."""
+class _Strict:
+    """Duplicate keys are errors (a second ``seeds:`` must not silently win); a mixin of the
+    pure loader and of its libyaml twin (one set of the keys seen: linear in the keys)."""
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
-        keys = [self.construct_object(k, deep=True) for k, _ in node.value]
-        for i, key in enumerate(keys):
-            if isinstance(key, str) and key in keys[:i]:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", node.value[i][0].start_mark
-                )
-        return super().construct_mapping(node, deep=deep)
+        seen: set[str] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)  # type: ignore[attr-defined]
+            if isinstance(key, str):
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r}", key_node.start_mark
+                    )
+                seen.add(key)
+        result: dict[Any, Any] = super().construct_mapping(node, deep=deep)  # type: ignore[misc]
+        return result
+
+
+class _StrictLoader(_Strict, yaml.SafeLoader):
+    pass
+
+
+_CStrictLoader: type[Any] | None = (
+    type("_CStrictLoader", (_Strict, yaml.CSafeLoader), {}) if HAVE_LIBYAML else None
+)
 
 
 class _Fields:
@@ -164,7 +178,7 @@ def _read(path: str) -> Any:
         reason = exc.strerror if isinstance(exc, OSError) else "not valid UTF-8 text"
         raise ReplayUsageError(f"--sweep {path}: cannot read the file: {reason}") from None
     try:
-        return load_one(text, _StrictLoader)
+        return load_one(text, _StrictLoader, _CStrictLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""

@@ -89,6 +89,7 @@ RUN: dict[tuple[str, str], Run] = {
         expect=("nodeName: gpu-", "scheduling.koordinator.sh/device-allocated"),
     ),
     ("README.md", "kubectl apply -k config/"): KUBECTL_APPLY,
+    ("docs/fuzzing.md", "make fuzz TARGET=fairshare-request FUZZ_SECONDS=5"): Run(),
     ("README.md", ".venv/bin/koord-scheduler run --kubeconfig ~/.kube/config --config config/scheduler-config.yaml"): Run(
         serves="https://127.0.0.1:10259/readyz"
     ),
@@ -152,6 +153,8 @@ CANNOT_RUN: dict[tuple[str, str], str] = {
     ("docs/benchmarks.md", ".venv/bin/python bench/b4_fairshare.py --duration 60 --only faults"): "benchmark B4's faults scenario: 60 s of both cores; its numbers are the doc's table",
     ("docs/failure-model.md", "make test"): "the whole test suite, this test included: it cannot run inside itself",
     ("docs/failure-model.md", "make chaos CHAOS_MINUTES=30"): CHAOS + "; 30 minutes",
+    ("docs/fuzzing.md", "make fuzz FUZZ_SECONDS=600"): "every fuzz target for 10 minutes each (over 5 hours); the short pass of make test fuzzes them all",
+    ("docs/fuzzing.md", ".venv/bin/python -m tests.fuzz.driver --target pod-group --replay .fuzz/crashes/pod-group/crash-FILE"): "replays a crash file the reader's own make fuzz run saved",
     ("docs/failure-model.md", "CHAOS_SEED=1234 make chaos"): CHAOS + "; 30 minutes",
     ("docs/failure-model.md", "CHAOS_FAULTS=recreate_inflight,stall_watches .venv/bin/pytest tests/e2e/chaos"): CHAOS,
     ("docs/failure-model.md", "make chaos-soak N=50"): CHAOS + "; 50 runs of it, hours",
