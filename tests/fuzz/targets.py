@@ -420,13 +420,17 @@ def _devices_checkpoints(data: bytes) -> object:
 
 
 def _admission(data: bytes) -> object:
-    """The node's GPU admission ledger: one admitted pod, then the fuzzed annotation; a
-    refused pod must leave the admitted set and its amounts as they were."""
-    from koordlet.admission import ADMITTED, GPUAdmission
+    """The node's device admission ledger (two GPUs, an RDMA NIC with two VFs): one admitted
+    pod, then the fuzzed annotation; a refused pod must leave the admitted set and its amounts
+    as they were."""
+    from koordlet.admission import ADMITTED, NodeAdmission, NodeDevice
 
-    cards = [("gpu", m, {"koordinator.sh/gpu-core": 100, "koordinator.sh/gpu-memory-ratio": 100,
-                         "koordinator.sh/gpu-memory": 80 << 30}) for m in range(2)]  # fmt: skip
-    ledger = GPUAdmission(lambda: cards, ready_wait_s=0)
+    devices = [NodeDevice("gpu", m, {"koordinator.sh/gpu-core": 100,
+                                     "koordinator.sh/gpu-memory-ratio": 100,
+                                     "koordinator.sh/gpu-memory": 80 << 30}) for m in range(2)]
+    devices.append(NodeDevice("rdma", 3, {"koordinator.sh/rdma": 100},
+                              frozenset({"0000:5e:00.2", "0000:5e:00.3"})))  # fmt: skip
+    ledger = NodeAdmission(lambda: devices, device_types=("gpu", "rdma"), ready_wait_s=0)
     ledger.observe([], 0.0)
     first = _allocation_seeds()[0].decode()
     assert ledger.decide("u0", "ns", "p0", first).outcome == ADMITTED
