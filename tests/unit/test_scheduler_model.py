@@ -148,6 +148,7 @@ FORGERIES: dict[str, dict[str, str]] = {
 """Allocation annotations only the scheduler's binding and the node agent may write."""
 EXAMPLES = int(os.environ.get("MODEL_EXAMPLES", "60"))
 STEPS = int(os.environ.get("MODEL_STEPS", "50"))
+SETTLE_ROUNDS = 40
 
 
 class AdmittedView(AdversarialCluster):
@@ -602,9 +603,15 @@ class SchedulerUnderFaults(RuleBasedStateMachine):
             self.other.sched.close()
 
     def _settle(self) -> None:
+        """Rounds of relist, binds, cycles and ten minutes passing (every backoff and the
+        unschedulable pool's timeout), until one changes nothing: no write on the wire, no
+        change undelivered, and the truth's bindings and the leader's reports as the round
+        before (a fixed point: the scheduler has nothing more to do). Not a number of rounds:
+        a leader still busy after ``SETTLE_ROUNDS`` fails as such, never as a pending pod."""
         lead = self.lead
         lead.view.bind_plan.clear()
-        for _ in range(40):
+        last: object = None
+        for _ in range(SETTLE_ROUNDS):
             lead.view.relist()
             lead.executor.run_all()
             lead.sched.drain()
@@ -616,8 +623,20 @@ class SchedulerUnderFaults(RuleBasedStateMachine):
             lead.sched.drain()
             self._kube_scheduler_retries()
             self.clock.advance(600)  # backoffs and the unschedulable pool's timeout
-            if not lead.executor.tasks and not lead.view.pending and not self._ready():
-                break
+            if lead.executor.tasks or lead.view.pending:
+                continue
+            if not self._ready():
+                return
+            now = self._outcome()
+            if now == last:
+                return
+            last = now
+        raise AssertionError(f"the leader did not settle in {SETTLE_ROUNDS} rounds: {last}")
+
+    def _outcome(self) -> object:
+        """What a round can change: where each pod is bound, and what the leader reports."""
+        bound = sorted((p.key, p.uid, p.node_name) for p in self.truth.pods.values())
+        return bound, sorted(self.lead.sched.failures.items())
 
     def _kube_scheduler_retries(self) -> None:
         """kube-scheduler retries its unbound pods: a fresh read, a bind on each node in turn
@@ -730,6 +749,7 @@ SchedulerUnderFaults.TestCase.settings = settings(
     max_examples=EXAMPLES,
     stateful_step_count=STEPS,
     deadline=None,
+    print_blob=True,  # a failure anywhere (CI, a fresh clone) prints its @reproduce_failure
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 test_scheduler_under_faults = SchedulerUnderFaults.TestCase

@@ -288,6 +288,30 @@ def _wait(cond: object, timeout_s: float = 30) -> None:
         time.sleep(0.05)
 
 
+def _start_koordlet(args: list[str], ready: Path) -> tuple[subprocess.Popen[str], int]:
+    """``koordlet run`` with its metrics on a free port, once ``ready`` exists. The port is free
+    when picked, not necessarily when the agent binds it (any process on the machine can take
+    it meanwhile): the agent then exits saying so, and starts again on another port."""
+    err = ""
+    for _attempt in range(3):
+        port = _free_port()
+        proc = subprocess.Popen(
+            [*_koordlet(), *args, "--metrics-bind-address", f"127.0.0.1:{port}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        _wait(lambda: ready.exists() or proc.poll() is not None)  # noqa: B023 (waited here)
+        if proc.poll() is None:
+            return proc, port
+        err = proc.communicate()[1]
+        if "Address already in use" not in err:
+            break
+    raise AssertionError(err)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_run_stops_cleanly_on_signal(short_dir: Path, sig: signal.Signals) -> None:
     kubeconfig = short_dir / "kubeconfig"
@@ -311,11 +335,9 @@ def test_run_stops_cleanly_on_signal(short_dir: Path, sig: signal.Signals) -> No
             }
         )
     )
-    port = _free_port()
     hook_dir, sock = short_dir / "hookserver.d", short_dir / "koordlet.sock"
-    proc = subprocess.Popen(
+    proc, port = _start_koordlet(
         [
-            *_koordlet(),
             "run",
             "--node-name",
             "n1",
@@ -329,20 +351,12 @@ def test_run_stops_cleanly_on_signal(short_dir: Path, sig: signal.Signals) -> No
             str(hook_dir),
             "--socket",
             str(sock),
-            "--metrics-bind-address",
-            f"127.0.0.1:{port}",
             "--kubelet-root",
             str(short_dir),
         ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        hook_dir / "koordlet.json",
     )
     try:
-        _wait(lambda: (hook_dir / "koordlet.json").exists() or proc.poll() is not None)
-        assert proc.poll() is None, proc.communicate()[1]
         # The hook server registers before the sync loop starts: /healthz is 503 until then.
         _wait(lambda: _healthz(port) == 200 or proc.poll() is not None)
         assert proc.poll() is None, proc.communicate()[1]

@@ -615,7 +615,9 @@ def test_stop_waits_for_all_informers_against_one_deadline() -> None:
         for _ in cluster.informers:  # every informer is inside its LIST
             assert t.waiting.acquire(timeout=10)
         start = time.monotonic()
-        cluster.stop(timeout=1.0)
-        assert time.monotonic() - start < 2.0
+        cluster.stop(timeout=2.0)
+        # One deadline: about 2 s. One per informer: 12 s. The bound sits between them with
+        # room for a loaded machine (the threads stopping must get the CPU to say so).
+        assert time.monotonic() - start < 6.0
     finally:
         t.release.set()
