@@ -35,7 +35,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -48,6 +47,8 @@ import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from tests.ports import free_port as _free_port
 
 __all__ = ["ApiServer", "ApiServerError"]
 
@@ -62,12 +63,6 @@ _DIR_PREFIX = "koord-apiserver-"
 
 class ApiServerError(RuntimeError):
     """etcd or kube-apiserver did not come up (the message carries the log tail)."""
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:

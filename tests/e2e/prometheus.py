@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -26,6 +25,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from tests.ports import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "hack" / "prometheus.sh"
@@ -63,12 +64,6 @@ def tools() -> tuple[str, str]:
     """(prometheus, promtool) paths from hack/prometheus.sh."""
     v = hack_values(SCRIPT, ("PROMETHEUS_BIN", "PROMTOOL_BIN"), "Prometheus")
     return v["PROMETHEUS_BIN"], v["PROMTOOL_BIN"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class PrometheusError(AssertionError):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -25,6 +24,8 @@ from typing import Any
 import urllib3
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.ports import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GROUP, VERSION, PLURAL = "scheduling.koordinator.sh", "v1alpha1", "devices"
@@ -71,12 +72,6 @@ def wait_https_ready(
             return False
 
     wait_for(what, ready, timeout=timeout)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class KubeError(Exception):

@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from apis.checkpoint import kubelet_checkpoint_json
 from apis.device import Device
 from koordlet.cli import main, parse_duration
 from runtimehooks.api import api_pb2, api_pb2_grpc
+from tests.ports import free_port as _free_port
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "config" / "examples" / "fake-gpus.yaml"
@@ -265,12 +265,6 @@ def test_parse_duration_rejects(text: str) -> None:
 
 
 # -- run: lifecycle without an API server ----------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _healthz(port: int) -> int:
