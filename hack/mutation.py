@@ -102,7 +102,7 @@ def workdir(module: str) -> Path:
     return SCRATCH / slug(module)
 
 
-def prepare(module: str) -> Path:
+def prepare(module: str, isolation: str = "fork") -> Path:
     """The module's scratch tree: links to the code and tests, and its own pyproject.toml."""
     work = workdir(module)
     work.mkdir(parents=True, exist_ok=True)
@@ -123,6 +123,9 @@ def prepare(module: str) -> Path:
         f"pytest_add_cli_args_test_selection = {json.dumps(list(COVERING_TESTS[module]))}",
         # the scratch tree is no git work tree: mutmut's git change detection has nothing to read
         "use_git_change_detection = false",
+        # fork: workers fork from the process that ran the stats; forkserver: for test set-ups
+        # that are not fork-safe (grpc servers, threads)
+        f"process_isolation = {json.dumps(isolation)}",
         "",
     ]
     (work / "pyproject.toml").write_text("\n".join(lines))
@@ -199,6 +202,11 @@ def main(argv: list[str]) -> int:
     mode.add_argument("--report", action="store_true")
     mode.add_argument("--show", metavar="MUTANT")
     parser.add_argument("--min-score", type=float, default=0.0)
+    parser.add_argument(
+        "--isolation",
+        choices=("fork", "forkserver"),
+        default=os.environ.get("MUTATION_ISOLATION", "fork"),
+    )
     args = parser.parse_args(argv)
     unknown = [m for m in args.modules if m not in COVERING_TESTS]
     if unknown:
@@ -211,7 +219,7 @@ def main(argv: list[str]) -> int:
 
     results = []
     for module in args.modules:
-        work = prepare(module)
+        work = prepare(module, args.isolation)
         if args.show:
             mutmut(work, "show", args.show)
             continue
