@@ -13,7 +13,8 @@ scope) and links to the packages and tests; mutmut copies them into ``mutants/``
 keeps its verdicts between runs, so a second run only retests what changed.
 
 Equivalent mutants (no test can tell them from the original) are named in the covering
-test files, one per line, as ``# mutmut-equivalent: <mutant name> -- <why>``. The score is
+test files, one per line, as ``# mutmut-equivalent: <mutant name>``, the reason why on the
+comment lines that follow. The score is
 killed / (all - equivalent); "no tests" (a function no covering test calls) counts against
 it like a survivor.
 
