@@ -336,6 +336,34 @@ def test_an_invalid_annotation_is_reported_once_per_text() -> None:
     verify(ledger)
 
 
+@pytest.mark.parametrize(
+    ("fixed_text", "after"),
+    [
+        pytest.param(HALF, {0: IDLE, 1: (50, 50, 40 * GI)}, id="fixed-to-another-card"),
+        # the same amounts the invalid entry held (card 0 whole): the holding is not replaced,
+        # only relabelled, and the stale reading must still be dropped
+        pytest.param(_one(f'{C}:"100",{R}:"100",{M}:"80Gi"'), {0: WHOLE80, 1: IDLE},
+                     id="fixed-to-the-same-amounts"),
+    ],
+)
+def test_a_fixed_annotation_stays_fixed_when_the_device_changes(
+    fixed_text: str, after: dict[int, tuple[int, ...]]
+) -> None:
+    """An invalid annotation replaced by a valid one is forgotten: a later Device CR change
+    must not bring the old reading back (it would re-hold the card whole as the new Device
+    has it, not as the valid text says)."""
+    ledger = ledger_of([gpus("n", 2)])
+    broken = bound(gpu_pod("p", {}), "n", _one(f'{C}:"-100"'))
+    ledger.apply_change(Change("Pod", None, broken))
+    fixed = bound(gpu_pod("p", {}), "n", fixed_text)
+    ledger.apply_change(Change("Pod", broken, fixed))
+    smaller = gpus("n", 3, "40Gi")
+    ledger.apply_change(Change("Device", gpus("n", 2), smaller))
+    assert {m: used(ledger, "n", m) for m in (0, 1, 2)} == {**after, 2: IDLE}
+    verify(ledger)
+    assert ledger.snapshot_state() == NodeDeviceLedger.replay([smaller], [fixed]).snapshot_state()
+
+
 def test_a_failing_reporter_never_breaks_the_accounting() -> None:
     def boom(finding: InvalidAllocation) -> None:
         raise RuntimeError("cluster down")
