@@ -51,8 +51,21 @@ SCRATCH = ROOT / ".mutation"
 PACKAGES = ("apis", "scheduler", "koordlet", "runtimehooks")
 
 # module -> the test paths that cover it (the unit tests of its own layer and its direct users).
+# The ledger is built by nearly every devices test, so mutmut's per-function narrowing leaves
+# all of them: its list leaves out the allocator's equivalence suites (allocator, fast path,
+# rowfit: two thirds of the 60 s a surviving mutant costs), which read the ledger but hold the
+# allocator to account.
+_DEVICES = "tests/unit/devices"
 COVERING_TESTS: dict[str, tuple[str, ...]] = {
-    "scheduler/devices/ledger.py": ("tests/unit/devices",),
+    "scheduler/devices/ledger.py": tuple(
+        f"{_DEVICES}/{name}.py"
+        for name in (
+            "test_ledger", "test_overlay", "test_sources", "test_rdma", "test_rowcache",
+            "test_scoring", "test_card_boundaries", "test_koordinator_scenarios",
+            "test_partitions", "test_interconnect", "test_topology", "test_request",
+            "test_package",
+        )
+    ),
     "apis/allocation.py": ("tests/unit/apis",),
     "scheduler/devices/allocator.py": ("tests/unit/devices",),
     "koordlet/admission.py": (

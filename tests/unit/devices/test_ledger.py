@@ -50,6 +50,7 @@ from tests.unit.devices.helpers import (
     pairs_topology,
     topology_node,
     verify,
+    vf_bus,
 )
 
 HALF = ('{"gpu":[{"minor":1,"resources":{"koordinator.sh/gpu-core":"50",'
@@ -427,6 +428,67 @@ def test_node_view_overlay_releases_removed_holdings() -> None:
     view = ledger.node_view("n", ["gpu"], [holding])
     assert view.cards["gpu"][1].free == (100, 100, 80 * GI)
     assert ledger.node_view("n", ["gpu"]).cards["gpu"][1].free == (50, 50, 40 * GI)
+
+
+def _vf_pod(name: str, node: str, nic_minor: int, *vfs: int) -> Pod:
+    """A bound pod holding 10 of NIC ``nic_minor`` and its VFs ``vfs``."""
+    named = ",".join(f'{{"minor":{v},"busID":"{vf_bus(nic_minor, v)}"}}' for v in vfs)
+    text = (f'{{"rdma":[{{"minor":{nic_minor},"resources":{{"koordinator.sh/rdma":"10"}},'
+            f'"extension":{{"vfs":[{named}]}}}}]}}')
+    return bound(gpu_pod(name, {}), node, text)
+
+
+def test_what_if_views_free_and_take_vfs() -> None:
+    """Preemption's dry run asks "and without these victims?": the VFs the victims hold are
+    free in that view (and in no other), the VFs of pods it adds are taken, and a pod both
+    removed and re-added holds only what it is re-added with."""
+    nics = device("n", nic("rdma", 0, vfs=3), nic("rdma", 1, vfs=2))
+    a, b = _vf_pod("a", "n", 0, 0), _vf_pod("b", "n", 0, 1)
+    c = _vf_pod("c", "n", 1, 0)
+    other = _vf_pod("x", "m", 0, 2)
+    ledger = ledger_of([nics, device("m", nic("rdma", 0, vfs=3))], [a, b, c, other])
+    ha, hb, hc, hx = (ledger.holding(p.uid) for p in (a, b, c, other))
+    assert ha is not None and hb is not None and hc is not None and hx is not None
+    bus = vf_bus
+
+    def taken(removed: list[Holding], added: list[Holding] = ()) -> dict[Any, frozenset[str]]:
+        return dict(ledger.node_view("n", ["rdma"], removed, added).vfs_taken)
+
+    everything = {("rdma", 0): frozenset({bus(0, 0), bus(0, 1)}),
+                  ("rdma", 1): frozenset({bus(1, 0)})}
+    assert taken([]) == everything
+    assert taken([ha]) == {("rdma", 0): frozenset({bus(0, 1)}), ("rdma", 1): frozenset({bus(1, 0)})}
+    assert taken([ha, hb, hc]) == {}
+    assert taken([hx]) == everything  # a victim on another node frees nothing here
+    incoming = dataclasses.replace(hx, node="n", uid="incoming")
+    assert taken([hc], [incoming]) == {("rdma", 0): frozenset({bus(0, 0), bus(0, 1), bus(0, 2)})}
+    assert taken([], [dataclasses.replace(hx, uid="elsewhere")]) == everything
+    # a pod moved to other VFs: only its new ones count, though it was never "removed"
+    moved = dataclasses.replace(ha, uses=(dataclasses.replace(ha.uses[0], vfs=((2, bus(0, 2)),)),))
+    assert taken([], [moved]) == {("rdma", 0): frozenset({bus(0, 1), bus(0, 2)}),
+                                  ("rdma", 1): frozenset({bus(1, 0)})}
+    assert taken([]) == everything  # the ledger itself never changed
+
+
+def test_a_device_naming_a_card_twice_keeps_the_first() -> None:
+    """A Device CR listing one minor twice (a buggy agent): the first entry describes the card
+    (as ``node_cards`` and Koordinator's cache read it), the second is ignored — never a
+    second column, never the later entry's amounts."""
+    twice = device("n", gpu(0, "80Gi"), gpu(0, "16Gi", health=False), gpu(1, "40Gi"))
+    ledger = ledger_of([twice])
+    assert ledger.minors("n", "gpu") == (0, 1)
+    assert card(ledger, "n", 0)["total"] == (100, 100, 80 * GI)
+    assert card(ledger, "n", 0)["healthy"]
+    view = ledger.node_view("n", ["gpu"])
+    assert [(c.minor, c.total) for c in view.cards["gpu"]] == \
+        [(0, (100, 100, 80 * GI)), (1, (100, 100, 40 * GI))]
+    assert [(t, m, dict(cap)) for t, m, cap in node_cards(twice)] == [
+        ("gpu", 0, {"koordinator.sh/gpu-core": 100, "koordinator.sh/gpu-memory-ratio": 100,
+                    "koordinator.sh/gpu-memory": 80 * GI}),
+        ("gpu", 1, {"koordinator.sh/gpu-core": 100, "koordinator.sh/gpu-memory-ratio": 100,
+                    "koordinator.sh/gpu-memory": 40 * GI}),
+    ]
+    verify(ledger)
 
 
 # ---------------------------------------------------------------------------------------------
