@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from structlog.testing import capture_logs
 
 from apis.allocation import (
     ANNOTATION_DEVICE_ALLOCATED,
@@ -403,6 +404,41 @@ def test_an_invalid_annotation_keeps_our_reservation_beside_it() -> None:
     assert used(ledger, "n", 0) == (100, 100, 40 * GI)  # held whole as the card is now
     assert used(ledger, "n", 1) == (50, 50, 40 * GI)    # our reservation still there
     verify(ledger)
+
+
+def test_the_report_names_only_the_cards_the_annotation_holds() -> None:
+    """An unreadable annotation holds every card of the node's Device; the reservation kept
+    beside it (here on a card the Device no longer lists) is ours, not the pod's finding."""
+    findings: list[InvalidAllocation] = []
+    ledger = ledger_of([gpus("n", 2)])
+    ledger.on_invalid = findings.append
+    ledger.reserve("default/p", "n", [dataclasses.replace(HALF_USE, minor=7)], HALF)
+    bad = bound(gpu_pod("p", {"koordinator.sh/gpu": 50}), "n", "not json")
+    with capture_logs() as logs:
+        ledger.apply_change(Change("Pod", None, bad))
+    assert [f.held for f in findings] == [(("gpu", 0), ("gpu", 1))]
+    assert logs == [{
+        "event": "invalid device allocation on a bound pod: its cards count as fully used",
+        "log_level": "warning", "pod": "default/p", "uid": bad.uid, "node": "n",
+        "problems": list(findings[0].reading.problems), "held": ["gpu 0", "gpu 1"],
+    }]
+    assert used(ledger, "n", 7) == (50, 50, 40 * GI)  # the reservation is still counted
+    verify(ledger)
+
+
+def test_card_meta_and_checkpoint_holding_answer_none_for_what_is_not_there() -> None:
+    crd = device("n", gpu(0), gpu(1), annotations=_checkpoint("GPU-1"))
+    ledger = ledger_of([crd, gpus("m", 1)])
+    meta = ledger.card_meta("n", "gpu", 1)
+    assert meta is not None and (meta.minor, meta.id) == (1, "GPU-1")
+    assert ledger.card_meta("n", "gpu", 5) is None      # a minor the node lacks
+    assert ledger.card_meta("n", "rdma", 0) is None     # a type the node lacks
+    assert ledger.card_meta("x", "gpu", 0) is None      # a node the ledger lacks
+    checkpoint = ledger.checkpoint_holding("n")
+    assert checkpoint is not None and checkpoint.node == "n"
+    assert [(u.device_type, u.minor) for u in checkpoint.uses] == [("gpu", 1)]
+    assert ledger.checkpoint_holding("m") is None
+    assert ledger.checkpoint_holding("x") is None
 
 
 def test_unknown_types_and_resources_are_ignored() -> None:

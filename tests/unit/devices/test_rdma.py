@@ -143,7 +143,7 @@ def test_a_best_ranked_nic_without_a_free_vf_is_passed_over() -> None:
             for a in decode_allocations(entry.annotation)["rdma"]] == \
         [(1, (AllocatedVF(0, vf_bus(1, 0)),))]
     # without the busy pod NIC 1 ranks no better, and the answer is the same
-    without_busy, snap2 = plugin_of([two_nics], [vf_holder])
+    without_busy, _ = plugin_of([two_nics], [vf_holder])
     state, _ = prefilter(without_busy, pod)
     assert without_busy.reserve(state, pod, "n") is None
     got = without_busy.entry(state)

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from structlog.testing import capture_logs
 
 from apis.allocation import MAX_AMOUNT
 from apis.core import Node, Pod
@@ -139,8 +140,12 @@ def test_malformed_gpushare_annotations_are_counted_each_time_and_hold_nothing(
            .annotation("ALIYUN_COM_GPU_MEM_POD", "6").node("n").build())
     ledger = fed(Change("Node", None, node), Change("Pod", None, good))
     ledger.annotation_errors = 5
-    ledger.apply_change(Change("Pod", good, bad))  # what it held is released
+    with capture_logs() as logs:
+        ledger.apply_change(Change("Pod", good, bad))  # what it held is released
     assert ledger.annotation_errors == 6
+    assert [(e["event"], e["pod"], e["uid"], e["node"]) for e in logs] == [
+        ("malformed gpushare annotations on a bound pod", "default/p", bad.uid, "n")]
+    assert "ALIYUN_COM_GPU_MEM_IDX" in logs[0]["error"]
     assert ledger.holding(good.uid) is None
     assert cards(ledger, "n")[1] == (True, True, 16 * GI, 16 * GI)
     ledger.apply_change(Change("Pod", bad, bad))
