@@ -372,8 +372,11 @@ def test_a_failing_reporter_never_breaks_the_accounting() -> None:
 
     ledger = ledger_of([gpus("n", 2)])
     ledger.on_invalid = boom
-    ledger.apply_change(Change("Pod", None, bound(gpu_pod("p", {}), "n", _one(f'{C}:"-1"'))))
+    with capture_logs() as logs:
+        ledger.apply_change(Change("Pod", None, bound(gpu_pod("p", {}), "n", _one(f'{C}:"-1"'))))
     assert used(ledger, "n", 0) == WHOLE80
+    assert logs[-1] == {"event": "reporting an invalid device allocation failed",
+                        "log_level": "error", "error": "RuntimeError('cluster down')"}
 
 
 @pytest.mark.parametrize("raw", [_one(f'{C}:"-100"', minor="2"), "not json"])
