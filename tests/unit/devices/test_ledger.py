@@ -442,6 +442,17 @@ def test_card_meta_and_checkpoint_holding_answer_none_for_what_is_not_there() ->
     assert [(u.device_type, u.minor) for u in checkpoint.uses] == [("gpu", 1)]
     assert ledger.checkpoint_holding("m") is None
     assert ledger.checkpoint_holding("x") is None
+    assert ledger.minors("n", "gpu") == (0, 1) and ledger.minors("x", "gpu") == ()
+
+
+def test_replay_keeps_each_reservation_as_it_was() -> None:
+    """A rebuilt ledger's reservations carry the text PreBind will write, so the bind event
+    that follows is recognised as ours (``Holding`` compares its annotation too)."""
+    ledger = ledger_of([gpus("n", 2)])
+    held = ledger.reserve("default/p", "n", [HALF_USE], HALF)
+    rebuilt = NodeDeviceLedger.replay([gpus("n", 2)], [], [held])
+    assert rebuilt.holding("default/p") == held
+    assert rebuilt.snapshot_state() == ledger.snapshot_state()
 
 
 def test_unknown_types_and_resources_are_ignored() -> None:
