@@ -27,6 +27,8 @@ it like a survivor.
     python hack/mutation.py --diffs MODULE         the survivors, each with its diff
     python hack/mutation.py --show NAME MODULE     one mutant's diff
     python hack/mutation.py --report MODULE        the counts of the last run, running nothing
+    python hack/mutation.py --only 'GLOB' MODULE   only the mutants whose name matches (e.g.
+                                                   '*x_card_fits__*'; repeatable), counted alone
 
 Exit status: 0 when every module run reached its threshold (``--min-score``, default 0:
 report only), 1 otherwise, 2 on bad usage.
@@ -35,6 +37,7 @@ report only), 1 otherwise, 2 on bad usage.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import re
@@ -167,11 +170,13 @@ def equivalents(module: str) -> dict[str, Path]:
     return named
 
 
-def score(module: str) -> Score:
+def score(module: str, only: list[str] | None = None) -> Score:
     meta = workdir(module) / "mutants" / (module + ".meta")
     if not meta.exists():
         raise SystemExit(f"{module}: no mutation run yet (no {meta.relative_to(ROOT)})")
     codes: dict[str, int | None] = json.loads(meta.read_text())["exit_code_by_key"]
+    if only:
+        codes = {k: v for k, v in codes.items() if any(fnmatch.fnmatch(k, g) for g in only)}
     named = equivalents(module)
     verdicts: Counter[str] = Counter()
     survivors = []
@@ -216,6 +221,7 @@ def main(argv: list[str]) -> int:
     mode.add_argument("--report", action="store_true")
     mode.add_argument("--show", metavar="MUTANT")
     parser.add_argument("--min-score", type=float, default=0.0)
+    parser.add_argument("--only", action="append", metavar="GLOB", default=[])
     parser.add_argument(
         "--isolation",
         choices=("fork", "forkserver"),
@@ -238,7 +244,7 @@ def main(argv: list[str]) -> int:
             mutmut(work, "show", args.show)
             continue
         if args.list or args.diffs:
-            for name in score(module).survivors:
+            for name in score(module, args.only).survivors:
                 if args.diffs:
                     sys.stdout.flush()
                     mutmut(work, "show", name)
@@ -249,13 +255,15 @@ def main(argv: list[str]) -> int:
         if not args.report:
             names: list[str] = []
             if args.rerun_survivors:
-                names = list(score(module).survivors)
+                names = list(score(module, args.only).survivors)
                 if not names:
                     print(f"{module}: no survivors to rerun")
+            elif args.only:
+                names = args.only
             if names or not args.rerun_survivors:
                 print(f"== {module}: mutmut against {' '.join(COVERING_TESTS[module])}", flush=True)
                 mutmut(work, "run", "--max-children", str(args.jobs), *names)
-        result = score(module)
+        result = score(module, args.only)
         results.append(result)
         if not args.report:
             print(f"   ({time.monotonic() - started:.0f} s)")
