@@ -178,6 +178,8 @@ def score(module: str, only: list[str] | None = None) -> Score:
     if only:
         codes = {k: v for k, v in codes.items() if any(fnmatch.fnmatch(k, g) for g in only)}
     named = equivalents(module)
+    if only:
+        named = {k: v for k, v in named.items() if any(fnmatch.fnmatch(k, g) for g in only)}
     verdicts: Counter[str] = Counter()
     survivors = []
     for name, code in sorted(codes.items()):
