@@ -56,6 +56,9 @@ from tests.unit.devices.helpers import (
 
 # Equivalent mutants (make mutation MODULE=scheduler/devices/ledger.py): no input tells them
 # apart from the original.
+# mutmut-equivalent: scheduler.devices.ledger.xǁNodeDeviceLedgerǁ_observe_gpushare__mutmut_22
+#   `uses = ()` -> `uses = None` after a malformed annotation: both are falsy, and the next
+#   line only asks `if not uses`.
 # mutmut-equivalent: scheduler.devices.ledger.xǁNodeDeviceLedgerǁ_release__mutmut_1
 #   `self._invalid.pop(uid, None)` -> `.pop(None, None)`: a released pod's stale entry is
 #   never read (_rehold_invalid walks only the uids of live holdings, and every way back to a
@@ -483,7 +486,8 @@ def test_replay_keeps_each_reservation_as_it_was() -> None:
     ledger = ledger_of([gpus("n", 2)])
     held = ledger.reserve("default/p", "n", [HALF_USE], HALF)
     rebuilt = NodeDeviceLedger.replay([gpus("n", 2)], [], [held])
-    assert rebuilt.holding("default/p") == held
+    again = rebuilt.holding("default/p")
+    assert again == held and again is not None and again.annotation == HALF  # (not compared)
     assert rebuilt.snapshot_state() == ledger.snapshot_state()
 
 

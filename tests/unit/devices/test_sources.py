@@ -15,6 +15,7 @@ from apis.allocation import MAX_AMOUNT
 from apis.core import Node, Pod
 from apis.gpushare import MemoryUnit, UnhealthyGPUs
 from scheduler.devices.ledger import NodeDeviceLedger
+from scheduler.devices.request import ANNOTATION
 from scheduler.framework.events import UNHEALTHY_GPUS_KIND, Change
 from tests.builders import make_node, make_pod
 from tests.unit.devices.helpers import GI, device, gpu, verify
@@ -111,11 +112,13 @@ def test_a_gpushare_pod_moved_or_resized_follows_its_annotations() -> None:
     node = gs_node("n", 32, 2)
     first = placed("p", "n", 0, 6)
     ledger = fed(Change("Node", None, node), Change("Pod", None, first))
+    holding = ledger.holding(first.uid)
+    assert holding is not None and ledger.held_from_the_cluster(first.uid) is holding
+    assert holding.source == ANNOTATION  # the cluster's word, not a reservation of ours
     before = ledger.tick
     ledger.apply_change(Change("Pod", first, first))  # a resync: nothing to lay out again
     assert ledger.tick == before
-    holding = ledger.holding(first.uid)
-    assert holding is not None and ledger.held_from_the_cluster(first.uid) is holding
+    assert ledger.holding(first.uid) is holding  # not even a new holding object
     moved = placed("p", "n", 1, 6)
     ledger.apply_change(Change("Pod", first, moved))
     assert cards(ledger, "n") == {0: (True, True, 16 * GI, 16 * GI),
