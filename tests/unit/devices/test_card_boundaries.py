@@ -8,6 +8,11 @@ of one resource: a ``>=`` turned ``>`` in the fast filter went unnoticed (mutati
 issue 45). Here the holder takes any amounts and the request is the free part, +-1.
 """
 
+# Equivalent mutants (make mutation MODULE=scheduler/devices/allocator.py):
+# mutmut-equivalent: scheduler.devices.allocator.x_card_taken__mutmut_23
+#   `ratio * card_memory // 100` -> `/ 100`: the result is stored into an int64 matrix, which
+#   truncates the (positive) quotient; a double is exact to well past any card's bytes x 100.
+
 from __future__ import annotations
 
 import numpy as np
@@ -101,6 +106,49 @@ def test_exactly_the_free_part_fits_and_one_more_does_not(
     assert isinstance(ref, list) == (want is not None)
     if fast is not None:
         assert fast == ref
+
+
+def _share_left(total: tuple[int, ...], free: tuple[int, ...], taken: tuple[int, ...]) -> int:
+    """The ledger's ``share`` of a card once ``taken`` is gone, by hand: min over declared
+    resources of ``max(free - taken, 0) * 1000 // total``; 0 for a card declaring nothing."""
+    parts = [max(f - t, 0) * 1000 // tot for tot, f, t in zip(total, free, taken, strict=True)
+             if tot > 0]
+    return min(parts) if parts else 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    core=st.sampled_from([0, 100]),
+    memory=st.sampled_from(["0", "1000", "16Gi"]),
+    healthy=st.booleans(),
+    held=st.tuples(st.integers(0, 100), st.integers(0, 100)),
+    ask=st.sampled_from([{RATIO: 30}, {MEM: 500}, {CORE: 20, RATIO: 10}, {CORE: 20, MEM: 700}]),
+)
+def test_share_left_on_every_card_even_the_ones_that_cannot_fit(
+    core: int, memory: str, healthy: bool, held: tuple[int, int], ask: dict[str, int]
+) -> None:
+    """``card_left`` for every card (also those that cannot give the request, undeclared
+    resources, unhealthy cards): the share left after taking the completed request."""
+    ledger = NodeDeviceLedger(rows=1, cards=1)
+    ledger.apply_change(Change("Device", None, device(
+        "n", gpu(0, memory, core=core, health=healthy), gpu(1, "16Gi"))))
+    if any(held):
+        holder = bound(gpu_pod("h", {}), "n", gpu_alloc(0, held[1], held[1], core=held[0]))
+        ledger.apply_change(Change("Pod", None, holder))
+    request = parse_request(gpu_pod("p", {k: str(v) for k, v in ask.items()}).build())
+    assert request is not None
+    (treq,) = request.types
+    _, left = card_left(ledger, treq, np.arange(1))
+    for card in ledger.node_view("n", ["gpu"]).cards["gpu"]:
+        col = ledger.minors("n", "gpu").index(card.minor)
+        card_memory = card.total[2]
+        c = ask.get(CORE, 0)
+        if RATIO in ask:
+            taken = (c, ask[RATIO], ask[RATIO] * card_memory // 100)
+        else:
+            taken = (c, ask[MEM] * 100 // max(card_memory, 1), ask[MEM])
+        want = _share_left(card.total, card.free, taken)
+        assert int(left[0, col]) == want, (card, ask)
 
 
 @given(held=st.integers(0, 100), delta=st.sampled_from([-1, 0, 1]))
