@@ -5,13 +5,13 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: all demo test test-unit fuzz bench bench-b2 bench-b3 bench-b3-models bench-b4 lint proto kube-apiserver kube-scheduler image clean chaos chaos-soak
+.PHONY: all demo test test-unit fuzz bench bench-b2 bench-b3 bench-b3-models bench-b4 lint proto kube-apiserver kube-scheduler image clean chaos chaos-soak mutation
 
 all: test
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,dev,trace,bound,dask]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,dev,trace,bound,dask,mutation]'
 	@touch $(STAMP)
 
 ## demo: schedule the demo cluster in the embedded simulator and print the placement table,
@@ -49,6 +49,14 @@ N ?= 50
 SEEDS ?=
 chaos-soak: $(STAMP)
 	$(BIN)/python -m tests.e2e.chaos.soak -n $(N) $(if $(SEEDS),--seeds $(SEEDS)) --out chaos-soak.md
+
+## mutation: mutation testing (mutmut), one module at a time against the tests that cover it
+## (hack/mutation.py); MODULE=scheduler/devices/ledger.py picks one (default: all four),
+## MUTATION_ARGS=--rerun-survivors retests only the survivors, MUTATION_JOBS=N workers (default 1)
+MODULE ?=
+MUTATION_ARGS ?=
+mutation: $(STAMP)
+	$(BIN)/python hack/mutation.py $(MUTATION_ARGS) $(MODULE)
 
 ## bench: benchmark B1 (in-process scheduling throughput)
 bench: $(STAMP)

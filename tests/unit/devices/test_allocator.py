@@ -152,6 +152,31 @@ CASES: list[Any] = [
                  {JOINT: '{"deviceTypes":["gpu","rdma"],"requiredScope":"SamePCIe"}'}, SPREAD,
                  [("gpu", 0), ("gpu", 1), ("rdma", 0), ("rdma", 1)],
                  id="joint-one-nic-per-switch"),
+    # PCIe groups of unequal size (Koordinator's sortDeviceResourcesByPreferredPCIe): the
+    # first NIC of each preferred switch, then the second of each that has one, ...; the
+    # lone NIC of switch B comes before A's second, not after A's third.
+    pytest.param([device("n", gpu(0, pcie="A"), gpu(1, pcie="B"),
+                         *(nic("rdma", m, pcie="A") for m in (0, 1, 2)), nic("rdma", 3, pcie="B"),
+                         nic("rdma", 4, pcie="C"))], [],
+                 {"nvidia.com/gpu": 2, "koordinator.sh/rdma": 300},
+                 {JOINT: '{"deviceTypes":["gpu","rdma"]}'}, SPREAD,
+                 [("gpu", 0), ("gpu", 1), ("rdma", 0), ("rdma", 3), ("rdma", 1)],
+                 id="joint-unequal-pcie-groups-round-robin"),
+    pytest.param([device("n", gpu(0, pcie="A"), gpu(1, pcie="B"),
+                         nic("rdma", 0, pcie="C"), nic("rdma", 1, pcie="B"),
+                         *(nic("rdma", m, pcie="A") for m in (2, 3, 4)))], [],
+                 {"nvidia.com/gpu": 2, "koordinator.sh/rdma": 500},
+                 {JOINT: '{"deviceTypes":["gpu","rdma"]}'}, SPREAD,
+                 [("gpu", 0), ("gpu", 1), ("rdma", 1), ("rdma", 2), ("rdma", 3), ("rdma", 4),
+                  ("rdma", 0)],
+                 id="joint-unequal-pcie-groups-then-the-rest"),
+    pytest.param([device("n", gpu(0, pcie="A"), gpu(1, pcie="B"),
+                         *(nic("rdma", m, pcie="A") for m in (2, 5)),
+                         *(nic("rdma", m, pcie="B") for m in (3, 4)))], [],
+                 {"nvidia.com/gpu": 2, "koordinator.sh/rdma": 400},
+                 {JOINT: '{"deviceTypes":["gpu","rdma"]}'}, SPREAD,
+                 [("gpu", 0), ("gpu", 1), ("rdma", 2), ("rdma", 3), ("rdma", 4), ("rdma", 5)],
+                 id="joint-pcie-round-robin-ranks-each-round"),
 ]
 
 

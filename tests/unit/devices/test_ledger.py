@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from structlog.testing import capture_logs
 
 from apis.allocation import (
     ANNOTATION_DEVICE_ALLOCATED,
@@ -50,7 +51,18 @@ from tests.unit.devices.helpers import (
     pairs_topology,
     topology_node,
     verify,
+    vf_bus,
 )
+
+# Equivalent mutants (make mutation MODULE=scheduler/devices/ledger.py): no input tells them
+# apart from the original.
+# mutmut-equivalent: scheduler.devices.ledger.xǁNodeDeviceLedgerǁ_observe_gpushare__mutmut_22
+#   `uses = ()` -> `uses = None` after a malformed annotation: both are falsy, and the next
+#   line only asks `if not uses`.
+# mutmut-equivalent: scheduler.devices.ledger.xǁNodeDeviceLedgerǁ_release__mutmut_1
+#   `self._invalid.pop(uid, None)` -> `.pop(None, None)`: a released pod's stale entry is
+#   never read (_rehold_invalid walks only the uids of live holdings, and every way back to a
+#   holding, _set_holding, drops the entry first); it only lingers in a private dict.
 
 HALF = ('{"gpu":[{"minor":1,"resources":{"koordinator.sh/gpu-core":"50",'
         '"koordinator.sh/gpu-memory":"40Gi","koordinator.sh/gpu-memory-ratio":"50"}}]}')
@@ -336,14 +348,45 @@ def test_an_invalid_annotation_is_reported_once_per_text() -> None:
     verify(ledger)
 
 
+@pytest.mark.parametrize(
+    ("fixed_text", "after"),
+    [
+        pytest.param(HALF, {0: IDLE, 1: (50, 50, 40 * GI)}, id="fixed-to-another-card"),
+        # the same amounts the invalid entry held (card 0 whole): the holding is not replaced,
+        # only relabelled, and the stale reading must still be dropped
+        pytest.param(_one(f'{C}:"100",{R}:"100",{M}:"80Gi"'), {0: WHOLE80, 1: IDLE},
+                     id="fixed-to-the-same-amounts"),
+    ],
+)
+def test_a_fixed_annotation_stays_fixed_when_the_device_changes(
+    fixed_text: str, after: dict[int, tuple[int, ...]]
+) -> None:
+    """An invalid annotation replaced by a valid one is forgotten: a later Device CR change
+    must not bring the old reading back (it would re-hold the card whole as the new Device
+    has it, not as the valid text says)."""
+    ledger = ledger_of([gpus("n", 2)])
+    broken = bound(gpu_pod("p", {}), "n", _one(f'{C}:"-100"'))
+    ledger.apply_change(Change("Pod", None, broken))
+    fixed = bound(gpu_pod("p", {}), "n", fixed_text)
+    ledger.apply_change(Change("Pod", broken, fixed))
+    smaller = gpus("n", 3, "40Gi")
+    ledger.apply_change(Change("Device", gpus("n", 2), smaller))
+    assert {m: used(ledger, "n", m) for m in (0, 1, 2)} == {**after, 2: IDLE}
+    verify(ledger)
+    assert ledger.snapshot_state() == NodeDeviceLedger.replay([smaller], [fixed]).snapshot_state()
+
+
 def test_a_failing_reporter_never_breaks_the_accounting() -> None:
     def boom(finding: InvalidAllocation) -> None:
         raise RuntimeError("cluster down")
 
     ledger = ledger_of([gpus("n", 2)])
     ledger.on_invalid = boom
-    ledger.apply_change(Change("Pod", None, bound(gpu_pod("p", {}), "n", _one(f'{C}:"-1"'))))
+    with capture_logs() as logs:
+        ledger.apply_change(Change("Pod", None, bound(gpu_pod("p", {}), "n", _one(f'{C}:"-1"'))))
     assert used(ledger, "n", 0) == WHOLE80
+    assert logs[-1] == {"event": "reporting an invalid device allocation failed",
+                        "log_level": "error", "error": "RuntimeError('cluster down')"}
 
 
 @pytest.mark.parametrize("raw", [_one(f'{C}:"-100"', minor="2"), "not json"])
@@ -376,6 +419,78 @@ def test_an_invalid_annotation_keeps_our_reservation_beside_it() -> None:
     verify(ledger)
 
 
+def test_the_report_names_only_the_cards_the_annotation_holds() -> None:
+    """An unreadable annotation holds every card of the node's Device; the reservation kept
+    beside it (here on a card the Device no longer lists) is ours, not the pod's finding."""
+    findings: list[InvalidAllocation] = []
+    ledger = ledger_of([gpus("n", 2)])
+    ledger.on_invalid = findings.append
+    ledger.reserve("default/p", "n", [dataclasses.replace(HALF_USE, minor=7)], HALF)
+    bad = bound(gpu_pod("p", {"koordinator.sh/gpu": 50}), "n", "not json")
+    with capture_logs() as logs:
+        ledger.apply_change(Change("Pod", None, bad))
+    assert [f.held for f in findings] == [(("gpu", 0), ("gpu", 1))]
+    assert logs == [{
+        "event": "invalid device allocation on a bound pod: its cards count as fully used",
+        "log_level": "warning", "pod": "default/p", "uid": bad.uid, "node": "n",
+        "problems": list(findings[0].reading.problems), "held": ["gpu 0", "gpu 1"],
+    }]
+    assert used(ledger, "n", 7) == (50, 50, 40 * GI)  # the reservation is still counted
+    verify(ledger)
+
+
+def test_card_meta_and_checkpoint_holding_answer_none_for_what_is_not_there() -> None:
+    crd = device("n", gpu(0), gpu(1), annotations=_checkpoint("GPU-1"))
+    ledger = ledger_of([crd, gpus("m", 1)])
+    meta = ledger.card_meta("n", "gpu", 1)
+    assert meta is not None and (meta.minor, meta.id) == (1, "GPU-1")
+    assert ledger.card_meta("n", "gpu", 5) is None      # a minor the node lacks
+    assert ledger.card_meta("n", "rdma", 0) is None     # a type the node lacks
+    assert ledger.card_meta("x", "gpu", 0) is None      # a node the ledger lacks
+    checkpoint = ledger.checkpoint_holding("n")
+    assert checkpoint is not None and checkpoint.node == "n"
+    assert [(u.device_type, u.minor) for u in checkpoint.uses] == [("gpu", 1)]
+    assert ledger.checkpoint_holding("m") is None
+    assert ledger.checkpoint_holding("x") is None
+    assert ledger.minors("n", "gpu") == (0, 1) and ledger.minors("x", "gpu") == ()
+
+
+def test_a_bound_pod_cannot_reserve_and_a_reservation_is_not_held_from_the_cluster() -> None:
+    pod = bound(gpu_pod("p", {"koordinator.sh/gpu": 50}), "n", HALF)
+    ledger = ledger_of([gpus("n", 2)], [pod])
+    holding = ledger.holding(pod.uid)
+    assert holding is not None and ledger.held_from_the_cluster(pod.uid) is holding
+    with pytest.raises(ValueError, match="holds cards per the cluster"):
+        ledger.reserve(pod.uid, "n", [HALF_USE], HALF)
+    mine = ledger.reserve("default/q", "n", [HALF_USE], HALF)
+    assert ledger.holding("default/q") is mine and ledger.held_from_the_cluster("default/q") is None
+    assert ledger.held_from_the_cluster("default/nobody") is None
+
+
+def test_snapshot_skips_only_the_idle_columns_of_cards_no_device_lists() -> None:
+    """Cards held but in no Device are kept as columns; once idle they leave the snapshot,
+    and the columns after them stay in it."""
+    ledger = ledger_of([gpus("n", 2)])
+    first = ledger.reserve("a", "n", [dataclasses.replace(HALF_USE, minor=7)])
+    ledger.reserve("b", "n", [dataclasses.replace(HALF_USE, minor=8)])
+    ledger.unreserve(first)
+    cards = ledger.snapshot_state()["nodes"]["n"]["cards"]["gpu"]
+    assert sorted(cards) == [0, 1, 8]
+    assert cards[8]["used"] == (50, 50, 40 * GI) and not cards[8]["exists"]
+    verify(ledger)
+
+
+def test_replay_keeps_each_reservation_as_it_was() -> None:
+    """A rebuilt ledger's reservations carry the text PreBind will write, so the bind event
+    that follows is recognised as ours (``Holding`` compares its annotation too)."""
+    ledger = ledger_of([gpus("n", 2)])
+    held = ledger.reserve("default/p", "n", [HALF_USE], HALF)
+    rebuilt = NodeDeviceLedger.replay([gpus("n", 2)], [], [held])
+    again = rebuilt.holding("default/p")
+    assert again == held and again is not None and again.annotation == HALF  # (not compared)
+    assert rebuilt.snapshot_state() == ledger.snapshot_state()
+
+
 def test_unknown_types_and_resources_are_ignored() -> None:
     raw = ('{"xpu":[{"minor":0,"resources":{"x":"1"}}],"rdma":[{"minor":0,"resources":'
            '{"koordinator.sh/rdma":"10","other":"5"}}]}')
@@ -399,6 +514,67 @@ def test_node_view_overlay_releases_removed_holdings() -> None:
     view = ledger.node_view("n", ["gpu"], [holding])
     assert view.cards["gpu"][1].free == (100, 100, 80 * GI)
     assert ledger.node_view("n", ["gpu"]).cards["gpu"][1].free == (50, 50, 40 * GI)
+
+
+def _vf_pod(name: str, node: str, nic_minor: int, *vfs: int) -> Pod:
+    """A bound pod holding 10 of NIC ``nic_minor`` and its VFs ``vfs``."""
+    named = ",".join(f'{{"minor":{v},"busID":"{vf_bus(nic_minor, v)}"}}' for v in vfs)
+    text = (f'{{"rdma":[{{"minor":{nic_minor},"resources":{{"koordinator.sh/rdma":"10"}},'
+            f'"extension":{{"vfs":[{named}]}}}}]}}')
+    return bound(gpu_pod(name, {}), node, text)
+
+
+def test_what_if_views_free_and_take_vfs() -> None:
+    """Preemption's dry run asks "and without these victims?": the VFs the victims hold are
+    free in that view (and in no other), the VFs of pods it adds are taken, and a pod both
+    removed and re-added holds only what it is re-added with."""
+    nics = device("n", nic("rdma", 0, vfs=3), nic("rdma", 1, vfs=2))
+    a, b = _vf_pod("a", "n", 0, 0), _vf_pod("b", "n", 0, 1)
+    c = _vf_pod("c", "n", 1, 0)
+    other = _vf_pod("x", "m", 0, 2)
+    ledger = ledger_of([nics, device("m", nic("rdma", 0, vfs=3))], [a, b, c, other])
+    ha, hb, hc, hx = (ledger.holding(p.uid) for p in (a, b, c, other))
+    assert ha is not None and hb is not None and hc is not None and hx is not None
+    bus = vf_bus
+
+    def taken(removed: list[Holding], added: list[Holding] = ()) -> dict[Any, frozenset[str]]:
+        return dict(ledger.node_view("n", ["rdma"], removed, added).vfs_taken)
+
+    everything = {("rdma", 0): frozenset({bus(0, 0), bus(0, 1)}),
+                  ("rdma", 1): frozenset({bus(1, 0)})}
+    assert taken([]) == everything
+    assert taken([ha]) == {("rdma", 0): frozenset({bus(0, 1)}), ("rdma", 1): frozenset({bus(1, 0)})}
+    assert taken([ha, hb, hc]) == {}
+    assert taken([hx]) == everything  # a victim on another node frees nothing here
+    incoming = dataclasses.replace(hx, node="n", uid="incoming")
+    assert taken([hc], [incoming]) == {("rdma", 0): frozenset({bus(0, 0), bus(0, 1), bus(0, 2)})}
+    assert taken([], [dataclasses.replace(hx, uid="elsewhere")]) == everything
+    # a pod moved to other VFs: only its new ones count, though it was never "removed"
+    moved = dataclasses.replace(ha, uses=(dataclasses.replace(ha.uses[0], vfs=((2, bus(0, 2)),)),))
+    assert taken([], [moved]) == {("rdma", 0): frozenset({bus(0, 1), bus(0, 2)}),
+                                  ("rdma", 1): frozenset({bus(1, 0)})}
+    assert taken([]) == everything  # the ledger itself never changed
+
+
+def test_a_device_naming_a_card_twice_keeps_the_first() -> None:
+    """A Device CR listing one minor twice (a buggy agent): the first entry describes the card
+    (as ``node_cards`` and Koordinator's cache read it), the second is ignored — never a
+    second column, never the later entry's amounts."""
+    twice = device("n", gpu(0, "80Gi"), gpu(0, "16Gi", health=False), gpu(1, "40Gi"))
+    ledger = ledger_of([twice])
+    assert ledger.minors("n", "gpu") == (0, 1)
+    assert card(ledger, "n", 0)["total"] == (100, 100, 80 * GI)
+    assert card(ledger, "n", 0)["healthy"]
+    view = ledger.node_view("n", ["gpu"])
+    assert [(c.minor, c.total) for c in view.cards["gpu"]] == \
+        [(0, (100, 100, 80 * GI)), (1, (100, 100, 40 * GI))]
+    assert [(t, m, dict(cap)) for t, m, cap in node_cards(twice)] == [
+        ("gpu", 0, {"koordinator.sh/gpu-core": 100, "koordinator.sh/gpu-memory-ratio": 100,
+                    "koordinator.sh/gpu-memory": 80 * GI}),
+        ("gpu", 1, {"koordinator.sh/gpu-core": 100, "koordinator.sh/gpu-memory-ratio": 100,
+                    "koordinator.sh/gpu-memory": 40 * GI}),
+    ]
+    verify(ledger)
 
 
 # ---------------------------------------------------------------------------------------------

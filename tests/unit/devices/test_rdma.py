@@ -124,6 +124,32 @@ def test_vfs_held_by_bound_pods_are_skipped_until_they_go() -> None:
     assert plugin.filter(state, pod, info(snapshot, "n")) is None
 
 
+def test_a_best_ranked_nic_without_a_free_vf_is_passed_over() -> None:
+    """NIC 0 ranks first (least allocated) but its only VF is held: the pod gets NIC 1's VF —
+    the search goes on past a card without a free VF, it does not stop there."""
+    two_nics = device("n", nic("rdma", 0, vfs=1), nic("rdma", 1, vfs=1))
+    vf_holder = bound(gpu_pod("holder", {}), "n",
+                      encode_allocations({"rdma": [_rdma(0, 0, vf_bus(0, 0))]}))
+    busy = bound(gpu_pod("busy", {}), "n",
+                 '{"rdma":[{"minor":1,"resources":{"koordinator.sh/rdma":"50"}}]}')
+    plugin, snapshot = plugin_of([two_nics], [vf_holder, busy])
+    pod = gpu_pod("p", {"koordinator.sh/rdma": 1}, VF_HINT).build()
+    state, _ = prefilter(plugin, pod)
+    assert plugin.filter(state, pod, info(snapshot, "n")) is None
+    assert plugin.reserve(state, pod, "n") is None
+    entry = plugin.entry(state)
+    assert entry is not None
+    assert [(a.minor, a.extension.vfs if a.extension else ())
+            for a in decode_allocations(entry.annotation)["rdma"]] == \
+        [(1, (AllocatedVF(0, vf_bus(1, 0)),))]
+    # without the busy pod NIC 1 ranks no better, and the answer is the same
+    without_busy, _ = plugin_of([two_nics], [vf_holder])
+    state, _ = prefilter(without_busy, pod)
+    assert without_busy.reserve(state, pod, "n") is None
+    got = without_busy.entry(state)
+    assert got is not None and _vf_of(got.annotation) == [(0, vf_bus(1, 0))]
+
+
 def test_no_vf_groups_is_unresolvable() -> None:
     plugin, snapshot = plugin_of([_nic_node(vfs=0)])
     pod = gpu_pod("p", {"koordinator.sh/rdma": 1}, VF_HINT).build()

@@ -12,17 +12,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from apis.resources import RDMA
+from apis.allocation import ANNOTATION_DEVICE_ALLOCATED
+from apis.resources import GPU_MEMORY, RDMA
 from scheduler.devices.allocator import allocate, feasible_rows
 from scheduler.devices.ledger import NodeDeviceLedger
-from scheduler.devices.request import DeviceRequest, Holding, parse_request
+from scheduler.devices.request import CardUse, DeviceRequest, Holding, parse_request
 from scheduler.devices.rowcache import RequestRows
 from scheduler.devices.scoring import Scorer
 from scheduler.framework.events import Change
 from scheduler.framework.plugin_args import LEAST_ALLOCATED, MOST_ALLOCATED
 from scheduler.framework.status import Status
 from scheduler.plugins.deviceshare.args import DeviceShareArgs
-from tests.unit.devices.helpers import device, gpu, gpu_pod, ledgers, nic
+from tests.unit.devices.helpers import GI, device, gpu, gpu_alloc, gpu_pod, ledgers, nic
 
 REQUESTS: list[dict[str, Any]] = [
     {"nvidia.com/gpu": 1},
@@ -106,6 +107,41 @@ def test_request_rows_equal_the_full_pass(
             cards.append(nic(RDMA, 0))
             ledger.apply_change(Change("Device", ledger.device(node), device(node, *cards)))
         _check(rows, ledger, scorer, i)
+
+
+@pytest.mark.parametrize("known_by", ["bound-pod", "reservation"])
+def test_a_node_that_gains_devices_after_it_is_known_becomes_feasible(known_by: str) -> None:
+    """The node has a row (a pod holds on it) before its Device CR comes; the cached rows
+    saw it device-less and must see the cards once they come — also after the rows grew
+    past their capacity in between (the version counter is copied, not restarted)."""
+    ledger = NodeDeviceLedger(rows=2, cards=1)
+    for i in range(BULK):
+        ledger.apply_change(Change("Device", None, device(f"bulk{i}", gpu(0, "40Gi"))))
+    scorer = Scorer(DeviceShareArgs())
+    rows = RequestRows(ledger, scorer, limit=32)
+    if known_by == "bound-pod":
+        pod = gpu_pod("holder", {}).node("late")
+        pod.annotation(ANNOTATION_DEVICE_ALLOCATED, gpu_alloc(1, 10, GI))
+        ledger.apply_change(Change("Pod", None, pod.build()))
+    else:
+        ledger.reserve("holder", "late", [CardUse.of("gpu", 1, {GPU_MEMORY: GI})])
+    late = ledger.row_of("late")
+    assert late is not None and not ledger.has_device("late")
+    for i in range(3):
+        _check(rows, ledger, scorer, i)
+        assert not rows.feasible(_request(i))[late]
+    before = ledger.row_version[: ledger.n_rows].copy()
+    for i in range(BULK, 3 * BULK):  # the rows double twice
+        ledger.apply_change(Change("Device", None, device(f"bulk{i}", gpu(0, "40Gi"))))
+    assert (ledger.row_version[: len(before)] == before).all()
+    for i in range(3):  # cached again, at the new capacity: still device-less
+        _check(rows, ledger, scorer, i)
+        assert not rows.feasible(_request(i))[late]
+    ledger.apply_change(Change("Device", None, device("late", gpu(0, "80Gi"), gpu(1, "80Gi"))))
+    assert ledger.row_version[late] == ledger.tick == ledger.row_version.max()
+    for i in range(len(REQUESTS)):
+        _check(rows, ledger, scorer, i)
+    assert rows.feasible(_request(0))[late]
 
 
 def test_an_empty_ledger_has_only_the_sentinel() -> None:

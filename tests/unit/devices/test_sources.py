@@ -9,11 +9,13 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from structlog.testing import capture_logs
 
 from apis.allocation import MAX_AMOUNT
 from apis.core import Node, Pod
 from apis.gpushare import MemoryUnit, UnhealthyGPUs
 from scheduler.devices.ledger import NodeDeviceLedger
+from scheduler.devices.request import ANNOTATION
 from scheduler.framework.events import UNHEALTHY_GPUS_KIND, Change
 from tests.builders import make_node, make_pod
 from tests.unit.devices.helpers import GI, device, gpu, verify
@@ -102,6 +104,55 @@ def test_pods_gpushare_placed_count_on_their_derived_card_in_any_order() -> None
         }
         replayed = NodeDeviceLedger.replay([], [old], nodes=[node])
         assert replayed.snapshot_state() == ledger.snapshot_state()
+
+
+def test_a_gpushare_pod_moved_or_resized_follows_its_annotations() -> None:
+    """A bound gpushare pod whose placement changes (another card, other units) holds what
+    its annotations say now; the same annotations again change nothing."""
+    node = gs_node("n", 32, 2)
+    first = placed("p", "n", 0, 6)
+    ledger = fed(Change("Node", None, node), Change("Pod", None, first))
+    holding = ledger.holding(first.uid)
+    assert holding is not None and ledger.held_from_the_cluster(first.uid) is holding
+    assert holding.source == ANNOTATION  # the cluster's word, not a reservation of ours
+    before = ledger.tick
+    ledger.apply_change(Change("Pod", first, first))  # a resync: nothing to lay out again
+    assert ledger.tick == before
+    assert ledger.holding(first.uid) is holding  # not even a new holding object
+    moved = placed("p", "n", 1, 6)
+    ledger.apply_change(Change("Pod", first, moved))
+    assert cards(ledger, "n") == {0: (True, True, 16 * GI, 16 * GI),
+                                  1: (True, True, 16 * GI, 10 * GI)}
+    resized = placed("p", "n", 1, 4)
+    ledger.apply_change(Change("Pod", moved, resized))
+    assert cards(ledger, "n")[1] == (True, True, 16 * GI, 12 * GI)
+    assert ledger.holdings_on("n") == [ledger.holding(first.uid)]
+    verify(ledger)
+    assert ledger.snapshot_state() == NodeDeviceLedger.replay([], [resized], nodes=[node]
+                                                              ).snapshot_state()
+
+
+@pytest.mark.parametrize("index", ["x", "-1", ""])
+def test_malformed_gpushare_annotations_are_counted_each_time_and_hold_nothing(
+    index: str,
+) -> None:
+    node = gs_node("n", 32, 2)
+    good = placed("p", "n", 1, 6)
+    bad = (make_pod("p").limit({"aliyun.com/gpu-mem": "6"})
+           .annotation("ALIYUN_COM_GPU_MEM_IDX", index)
+           .annotation("ALIYUN_COM_GPU_MEM_POD", "6").node("n").build())
+    ledger = fed(Change("Node", None, node), Change("Pod", None, good))
+    ledger.annotation_errors = 5
+    with capture_logs() as logs:
+        ledger.apply_change(Change("Pod", good, bad))  # what it held is released
+    assert ledger.annotation_errors == 6
+    assert [(e["event"], e["pod"], e["uid"], e["node"]) for e in logs] == [
+        ("malformed gpushare annotations on a bound pod", "default/p", bad.uid, "n")]
+    assert "ALIYUN_COM_GPU_MEM_IDX" in logs[0]["error"]
+    assert ledger.holding(good.uid) is None
+    assert cards(ledger, "n")[1] == (True, True, 16 * GI, 16 * GI)
+    ledger.apply_change(Change("Pod", bad, bad))
+    assert ledger.annotation_errors == 7
 
 
 def test_capacity_changes_replace_the_cards_and_keep_the_holdings() -> None:

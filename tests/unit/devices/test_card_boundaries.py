@@ -1,0 +1,171 @@
+"""A request for exactly what a card has free fits it; one unit more does not — in the fast
+GPU filter (``card_fits`` and its kin, numpy over the ledger), in the per-card reference
+(``card_amounts``), in ``allocate`` and in Reserve's ``allocate_plain``.
+
+The random ledgers of test_allocator.py allocate in proportion (core = ratio, memory = ratio
+of the card) and ask from a fixed list, so they almost never ask for *exactly* the free part
+of one resource: a ``>=`` turned ``>`` in the fast filter went unnoticed (mutation testing,
+issue 45). Here the holder takes any amounts and the request is the free part, +-1.
+"""
+
+# Equivalent mutants (make mutation MODULE=scheduler/devices/allocator.py):
+# mutmut-equivalent: scheduler.devices.allocator.x_card_taken__mutmut_23
+#   `ratio * card_memory // 100` -> `/ 100`: the result is stored into an int64 matrix, which
+#   truncates the (positive) quotient; a double is exact to well past any card's bytes x 100.
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler.devices.allocator import (
+    allocate,
+    allocate_plain,
+    card_amounts,
+    card_fits,
+    card_left,
+    card_taken,
+    rows_feasible,
+)
+from scheduler.devices.ledger import NodeDeviceLedger
+from scheduler.devices.request import parse_request
+from scheduler.devices.scoring import Scorer
+from scheduler.framework.events import Change
+from scheduler.plugins.deviceshare.args import DeviceShareArgs
+from tests.unit.devices.helpers import bound, device, gpu, gpu_alloc, gpu_pod, nic
+
+CORE, RATIO, MEM = "koordinator.sh/gpu-core", "koordinator.sh/gpu-memory-ratio", \
+    "koordinator.sh/gpu-memory"
+RDMA = "koordinator.sh/rdma"
+
+
+def _expected(kind: str, ask: dict[str, int], card_memory: int,
+              free: tuple[int, int, int]) -> tuple[int, int, int] | None:
+    """What a healthy GPU with ``free`` (core, ratio, memory) gives ``ask``, by hand:
+    a ratio request takes ``ratio * card / 100`` bytes, a memory request the ratio
+    ``memory * 100 // card``; every completed amount must be free."""
+    core = ask.get(CORE, 0)
+    if RATIO in ask:
+        ratio, memory = ask[RATIO], ask[RATIO] * card_memory // 100
+    else:
+        memory, ratio = ask[MEM], ask[MEM] * 100 // card_memory
+    fits = core <= free[0] and ratio <= free[1] and memory <= free[2]
+    return (core, ratio, memory) if fits else None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    card_memory=st.sampled_from([100, 1000, 16 * 1024**3, 80 * 1024**3 + 7]),
+    held=st.tuples(st.integers(0, 100), st.integers(0, 100), st.floats(0, 1)),
+    kind=st.sampled_from(["memory", "ratio", "core+ratio", "core+memory"]),
+    delta=st.sampled_from([-1, 0, 1]),
+)
+def test_exactly_the_free_part_fits_and_one_more_does_not(
+    card_memory: int, held: tuple[int, int, float], kind: str, delta: int
+) -> None:
+    held_core, held_ratio, memory_share = held
+    held_memory = int(card_memory * memory_share)
+    ledger = NodeDeviceLedger(rows=1, cards=1)
+    ledger.apply_change(Change("Device", None, device("n", gpu(0, str(card_memory)))))
+    if held_core or held_ratio or held_memory:
+        holder = bound(gpu_pod("holder", {}), "n",
+                       gpu_alloc(0, held_ratio, held_memory, core=held_core))
+        ledger.apply_change(Change("Pod", None, holder))
+    free = (100 - held_core, 100 - held_ratio, card_memory - held_memory)
+    ask: dict[str, int] = {}
+    if kind.startswith("core"):
+        ask[CORE] = free[0] + delta
+    if kind.endswith("ratio"):
+        ask[RATIO] = free[1] + (delta if kind == "ratio" else 0)
+    else:
+        ask[MEM] = free[2] + (delta if kind == "memory" else 0)
+    if any(v <= 0 for v in ask.values()) or ask.get(RATIO, 0) > 100 or ask.get(CORE, 0) > 100:
+        return  # not a one-card request (or none at all)
+    request = parse_request(gpu_pod("p", {k: str(v) for k, v in ask.items()}).build())
+    assert request is not None
+    (treq,) = request.types
+    want = _expected(kind, ask, card_memory, free)
+
+    card = ledger.node_view("n", ["gpu"]).cards["gpu"][0]
+    assert card_amounts(treq, card) == want
+    rows = np.arange(1)
+    fits, taken = card_taken(ledger, treq, rows)
+    fits_left, left = card_left(ledger, treq, rows)
+    assert bool(card_fits(ledger, treq, rows)[0, 0]) == bool(fits[0, 0]) == \
+        bool(fits_left[0, 0]) == (want is not None), (ask, free)
+    assert bool(rows_feasible(ledger, request, rows)[0]) == (want is not None)
+    if want is not None:
+        assert tuple(int(x) for x in taken[:, 0, 0]) == want
+        after = [f - w for f, w in zip(free, want, strict=True)]
+        totals = (100, 100, card_memory)
+        assert int(left[0, 0]) == min(a * 1000 // t for a, t in zip(after, totals, strict=True))
+    scorer = Scorer(DeviceShareArgs())
+    ref = allocate(ledger.node_view("n", request.device_types), request, scorer)
+    fast = allocate_plain(ledger, "n", request, scorer)
+    assert isinstance(ref, list) == (want is not None)
+    if fast is not None:
+        assert fast == ref
+
+
+def _share_left(total: tuple[int, ...], free: tuple[int, ...], taken: tuple[int, ...]) -> int:
+    """The ledger's ``share`` of a card once ``taken`` is gone, by hand: min over declared
+    resources of ``max(free - taken, 0) * 1000 // total``; 0 for a card declaring nothing."""
+    parts = [max(f - t, 0) * 1000 // tot for tot, f, t in zip(total, free, taken, strict=True)
+             if tot > 0]
+    return min(parts) if parts else 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    core=st.sampled_from([0, 100]),
+    memory=st.sampled_from(["0", "1000", "16Gi"]),
+    healthy=st.booleans(),
+    held=st.tuples(st.integers(0, 100), st.integers(0, 100)),
+    ask=st.sampled_from([{RATIO: 30}, {MEM: 500}, {CORE: 20, RATIO: 10}, {CORE: 20, MEM: 700}]),
+)
+def test_share_left_on_every_card_even_the_ones_that_cannot_fit(
+    core: int, memory: str, healthy: bool, held: tuple[int, int], ask: dict[str, int]
+) -> None:
+    """``card_left`` for every card (also those that cannot give the request, undeclared
+    resources, unhealthy cards): the share left after taking the completed request."""
+    ledger = NodeDeviceLedger(rows=1, cards=1)
+    ledger.apply_change(Change("Device", None, device(
+        "n", gpu(0, memory, core=core, health=healthy), gpu(1, "16Gi"))))
+    if any(held):
+        holder = bound(gpu_pod("h", {}), "n", gpu_alloc(0, held[1], held[1], core=held[0]))
+        ledger.apply_change(Change("Pod", None, holder))
+    request = parse_request(gpu_pod("p", {k: str(v) for k, v in ask.items()}).build())
+    assert request is not None
+    (treq,) = request.types
+    _, left = card_left(ledger, treq, np.arange(1))
+    for card in ledger.node_view("n", ["gpu"]).cards["gpu"]:
+        col = ledger.minors("n", "gpu").index(card.minor)
+        card_memory = card.total[2]
+        c = ask.get(CORE, 0)
+        if RATIO in ask:
+            taken = (c, ask[RATIO], ask[RATIO] * card_memory // 100)
+        else:
+            taken = (c, ask[MEM] * 100 // max(card_memory, 1), ask[MEM])
+        want = _share_left(card.total, card.free, taken)
+        assert int(left[0, col]) == want, (card, ask)
+
+
+@given(held=st.integers(0, 100), delta=st.sampled_from([-1, 0, 1]))
+def test_a_nic_gives_exactly_its_free_part(held: int, delta: int) -> None:
+    ledger = NodeDeviceLedger(rows=1, cards=1)
+    ledger.apply_change(Change("Device", None, device("n", nic("rdma", 0))))
+    if held:
+        text = f'{{"rdma":[{{"minor":0,"resources":{{"{RDMA}":"{held}"}}}}]}}'
+        ledger.apply_change(Change("Pod", None, bound(gpu_pod("holder", {}), "n", text)))
+    ask = 100 - held + delta
+    if not 0 < ask <= 100:
+        return
+    request = parse_request(gpu_pod("p", {RDMA: str(ask)}).build())
+    assert request is not None
+    (treq,) = request.types
+    rows = np.arange(1)
+    fits = ask <= 100 - held
+    assert bool(card_fits(ledger, treq, rows)[0, 0]) == fits
+    card = ledger.node_view("n", ["rdma"]).cards["rdma"][0]
+    assert card_amounts(treq, card) == ((ask,) if fits else None)
