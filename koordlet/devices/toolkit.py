@@ -152,4 +152,6 @@ class ToolkitCheck:
             config = tomllib.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             return Verdict(UNKNOWN, (f"{self.path}: not TOML: {exc}",))
+        except RecursionError:  # tomllib recurses per nested array or inline table
+            return Verdict(UNKNOWN, (f"{self.path}: not TOML: nested too deeply",))
         return judge(config, self.delivery)

@@ -247,6 +247,34 @@ def _yaml_inputs(seeds: list[bytes]) -> st.SearchStrategy[bytes]:
     )
 
 
+# -- TOML --------------------------------------------------------------------------------------
+
+
+@st.composite
+def _deep_toml(draw: st.DrawFn) -> bytes:
+    depth = draw(st.integers(500, 20_000))
+    if draw(st.booleans()):
+        return b"a = " + b"[" * depth + b"]" * depth + b"\n"
+    return b"a = " + b"{b=" * depth + b"1" + b"}" * depth + b"\n"
+
+
+_ODD_TOML = [
+    b"a = 1\na = 2\n", b"[t]\n[t]\n", b"a.b = 1\na = 1\n", b"a = 1e99999\n", b"a = nan\n",
+    b"a = " + b"9" * 5000 + b"\n", b'a = "' + b"x" * 500_000 + b'"\n', b"a = 1979-13-45\n",
+    b"\xef\xbb\xbfa = 1\n", b"a = \"\\ud800\"\n", b"[" + b"a." * 5000 + b"b]\n",
+]  # fmt: skip
+
+
+def _toml_inputs(seeds: list[bytes]) -> st.SearchStrategy[bytes]:
+    return st.one_of(
+        _mutated_bytes(seeds),
+        _deep_toml(),
+        st.sampled_from(_ODD_TOML),
+        st.binary(max_size=200),
+        st.text(max_size=200).map(lambda t: t.encode("utf-8", "surrogatepass")),
+    )
+
+
 # -- CSV ---------------------------------------------------------------------------------------
 
 
@@ -400,6 +428,8 @@ def inputs(target: Target) -> st.SearchStrategy[bytes]:
         return _yaml_inputs(seeds)
     if target.form == "csv":
         return _csv_inputs(seeds)
+    if target.form == "toml":
+        return _toml_inputs(seeds)
     if target.form == "proto":
         return _proto_inputs(target)
     if target.form == "frame":

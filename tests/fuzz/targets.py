@@ -615,6 +615,28 @@ def _fake_gpu_seeds() -> list[bytes]:
     return [p.read_bytes() for p in sorted((ROOT / "config/examples").glob("fake-gpus*.yaml"))]
 
 
+def _toolkit_config(data: bytes) -> object:
+    """The NVIDIA container toolkit's config.toml as koordlet judges it: ``check()`` never
+    raises and always gives one of the verdicts."""
+    from koordlet.devices.toolkit import STATES, ToolkitCheck
+
+    verdict = ToolkitCheck(_file("config.toml", data), "cdi").check()
+    if verdict.state not in STATES:
+        raise AssertionError(f"not a verdict: {verdict}")
+    return verdict
+
+
+def _toolkit_seeds() -> list[bytes]:
+    key = b"accept-nvidia-visible-devices-envvar-when-unprivileged"
+    return [
+        key + b" = false\naccept-nvidia-visible-devices-as-volume-mounts = true\n",
+        b'disable-require = false\n[nvidia-container-runtime]\nmode = "auto"\n'
+        b'runtimes = ["docker-runc", "runc"]\n'
+        b'[nvidia-container-cli]\nldconfig = "@/sbin/ldconfig"\n',
+        key + b' = true\nswarm-resource = "DOCKER_RESOURCE_GPU"\nx = {a = [1, 2], b = "c"}\n',
+    ]
+
+
 # -- the scheduler's HTTP bodies ----------------------------------------------------------------
 
 
@@ -820,6 +842,9 @@ def _registry() -> dict[str, Target]:
                "a fair-share server's 40-byte response frame (the client side)"),
         Target("fake-gpus", "yaml", _fake_gpus, _errors("koordlet.devices.fake.FakeSpecError"),
                _fake_gpu_seeds, "a fake-GPU YAML file"),
+        Target("toolkit-config", "toml", _toolkit_config, (), _toolkit_seeds,
+               "the NVIDIA container toolkit's config.toml (koordlet's isolation verdict; "
+               "never raises)"),
         Target("extender", "json", _extender, (), _extender_seeds,
                "the extender's filter/prioritize, bind and preempt bodies (each decoder "
                "raises only ExtenderRequestError; the target catches it per decoder)"),

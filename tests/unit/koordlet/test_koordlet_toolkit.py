@@ -42,6 +42,10 @@ CASES = [
     pytest.param(f"{KEY} = fals\n", "cdi", UNKNOWN, id="not-toml"),
     pytest.param(f"{KEY} = false\n{KEY} = true\n", "cdi", UNKNOWN, id="duplicated-key"),
     pytest.param("\xff\xfe", "cdi", UNKNOWN, id="not-utf8"),
+    # tomllib recurses per nested array or inline table: RecursionError escaped check()
+    pytest.param("a = " + "[" * 5000 + "]" * 5000 + "\n", "cdi", UNKNOWN, id="deep-array"),
+    pytest.param("a = " + "{b=" * 3000 + "1" + "}" * 3000 + "\n", "cdi", UNKNOWN,
+                 id="deep-inline-table"),
 ]  # fmt: skip
 
 
