@@ -137,7 +137,10 @@ def cluster(apiserver: ApiServer, tmp_path: Path) -> Iterator[dict[str, Any]]:
     finally:
         proc.stop()
         assert agent.stop() == 0, (tmp_path / "koordlet.log").read_text()[-3000:]
-        assert not (hooks / "koordlet.json").exists()  # registration removed on shutdown
+        # The Fail registration outlives the agent: while it is down the runtime proxy
+        # refuses containers instead of starting them unchanged (docs/node.md).
+        registration = json.loads((hooks / "koordlet.json").read_text())
+        assert registration["failure-policy"] == "Fail"
         for pod in kube.pods(ns):
             kube.delete(f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}")
         kube.delete(f"/api/v1/nodes/{node}")
