@@ -16,6 +16,10 @@ here, on one API server:
   in quarantine (the deep objects decode);
 - koordlet started on the deep pod's node becomes ready: its node pod list (with the deep
   pod) and its Device CR sync work.
+
+Beside them the tenant creates a huge pod (200 KB of annotations) and a malformed PodGroup
+(``minMember: -3``, which its CRD accepts): the pod is bound, the PodGroup is quarantined —
+one log line naming it, the gauge at 1 — and nothing else is held or blocked.
 """
 
 from __future__ import annotations
@@ -221,7 +225,18 @@ def test_a_tenants_deep_objects_block_nothing(make_apiserver: Any, tmp_path: Pat
             served = admin.request_text("GET", f"{path}/{obj['metadata']['name']}")
             assert served.count('"f:a"') >= levels - 1, served[:500]
 
+        # Huge and malformed: a pod of ours with 200 KB of annotations (the API server allows
+        # 256 KiB; no GPU, so the cards stay for the pods below), and a PodGroup its CRD
+        # accepts but the gang reading refuses (minMember -3): the pod is scheduled, the
+        # PodGroup quarantined, nothing blocked.
+        huge = gpu_pod("huge-pod", SCHEDULER, {})
+        huge["metadata"]["annotations"] = {f"tenant.example/k{i}": "x" * 1000 for i in range(200)}
+        tenant.post(pods, huge)
+        bad_group = {**group, "metadata": {"name": "bad-group"}, "spec": {"minMember": -3}}
+        tenant.post(POD_GROUPS.format(ns=ns), bad_group)
+
         # The running scheduler: the deep pod (mutated by the webhook) and the next are bound.
+        wait_for("the huge pod bound", lambda: node_of(admin, f"{pods}/huge-pod") == NODE, 60)
         assert scheduler_name_of(admin, f"{pods}/deep-pod") == SCHEDULER
         wait_for("the deep pod bound", lambda: node_of(admin, f"{pods}/deep-pod") == NODE, 60)
         tenant.post(pods, gpu_pod("after", SCHEDULER, {GPU_CORE: "50", GPU_RATIO: "50"}))
@@ -237,7 +252,14 @@ def test_a_tenants_deep_objects_block_nothing(make_apiserver: Any, tmp_path: Pat
         )
         held = second.metrics()["koord_scheduler_informer_quarantined_objects"].samples
         assert {s.labels["resource"] for s in held} >= {"Pod", "PodDisruptionBudget", "PodGroup"}
-        assert all(s.value == 0 for s in held), held
+        # only the malformed PodGroup is held; the deep and huge objects decode
+        assert {s.labels["resource"]: s.value for s in held if s.value} == {"PodGroup": 1}, held
+        named = [
+            e for e in second.log_lines()
+            if e.get("event", "").startswith("object quarantined")
+            and e.get("object") == f"{ns}/bad-group"
+        ]  # fmt: skip
+        assert len(named) == 1, second.log_lines()[-20:]
         failed = [e for e in second.log_lines() if e.get("event") == "list/watch failed"]
         assert not failed, failed
 
