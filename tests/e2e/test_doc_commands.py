@@ -336,7 +336,11 @@ def shell(
         ),
     )  # fmt: skip
     (repo / ".venv").mkdir()
-    (repo / ".venv" / "bin").symlink_to(venv_bin)
+    # The whole environment, not bin/ alone: `.venv/bin/python` finds its environment by the
+    # pyvenv.cfg beside bin/ (without it, `make fuzz`'s python is the bare interpreter).
+    for entry in venv_bin.parent.iterdir():
+        if entry.name != ".installed-stamp":
+            (repo / ".venv" / entry.name).symlink_to(entry)
     (repo / ".venv" / ".installed-stamp").touch()
     # Never let a documented `make` target reinstall the project into the shared environment.
     up_to_date = subprocess.run(["make", "-q", ".venv/.installed-stamp"], cwd=repo, timeout=60)
