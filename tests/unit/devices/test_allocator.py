@@ -1,5 +1,22 @@
 """The allocator on hand-built nodes, and whole-cluster feasibility == per-node allocation."""
 
+# Equivalent mutants (make mutation MODULE=scheduler/devices/allocator.py):
+# mutmut-equivalent: scheduler.devices.allocator.x_feasible_rows__mutmut_18
+#   `slice(0, n)` -> `slice(None, n)`: the same rows.
+# mutmut-equivalent: scheduler.devices.allocator.x_feasible_rows__mutmut_20
+#   `slice(0, n)` -> `slice(n)`: the same rows.
+# mutmut-equivalent: scheduler.devices.allocator.x__pcies__mutmut_3
+#   `view.cards.get(t, ())` -> `.get(t, None)`: every use allocate hands out is a card it took
+#   from `view.cards[t]`, so the default is never read.
+# mutmut-equivalent: scheduler.devices.allocator.x__pcies__mutmut_5
+#   `view.cards.get(t, ())` -> `.get(t)`: as _pcies__mutmut_3.
+# mutmut-equivalent: scheduler.devices.allocator.x__by_scope_tree__mutmut_24
+#   `card_meta(...) if exists[col] else None` -> always `card_meta(...)`: a column exists
+#   exactly where its CardMeta is set (table.lay_out), card_meta is None elsewhere.
+# mutmut-equivalent: scheduler.devices.allocator.x__by_scope_tree__mutmut_39
+#   `hint = request.hints.get(gpu)` -> `None` (scope ""): plain_gpu_request only lets through
+#   a scope of "" or Node, whose level (0 or 1) no scope of the tree is below.
+
 from __future__ import annotations
 
 from typing import Any
@@ -170,6 +187,13 @@ CASES: list[Any] = [
                  [("gpu", 0), ("gpu", 1), ("rdma", 1), ("rdma", 2), ("rdma", 3), ("rdma", 4),
                   ("rdma", 0)],
                  id="joint-unequal-pcie-groups-then-the-rest"),
+    # A NIC that reports no topology is on no preferred switch: it comes after them.
+    pytest.param([device("n", gpu(0, pcie="A"), gpu(1, pcie="B"), nic("rdma", 0),
+                         nic("rdma", 1, pcie="B"), nic("rdma", 2, pcie="A"))], [],
+                 {"nvidia.com/gpu": 2, "koordinator.sh/rdma": 300},
+                 {JOINT: '{"deviceTypes":["gpu","rdma"]}'}, SPREAD,
+                 [("gpu", 0), ("gpu", 1), ("rdma", 1), ("rdma", 2), ("rdma", 0)],
+                 id="joint-nic-without-topology-after-the-switches"),
     pytest.param([device("n", gpu(0, pcie="A"), gpu(1, pcie="B"),
                          *(nic("rdma", m, pcie="A") for m in (2, 5)),
                          *(nic("rdma", m, pcie="B") for m in (3, 4)))], [],
@@ -237,6 +261,7 @@ def test_feasible_rows_equals_allocate(ledger: NodeDeviceLedger, requests: dict[
     scorer = Scorer(parse_args(BINPACK if binpack else SPREAD))
     rows = feasible_rows(ledger, request)
     assert len(rows) == ledger.n_rows + 1 and not rows[-1]
+    assert rows.dtype == np.bool_  # a mask: the batch Filter selects nodes with it
     for n in range(ledger.n_rows):
         row = ledger.row_of(f"n{n}")
         assert row is not None
