@@ -146,7 +146,11 @@ _ASKS: tuple[dict[str, int], ...] = (
 )
 
 
-@pytest.mark.parametrize("ask", _ASKS, ids=lambda a: "+".join(f"{k.split('-')[-1]}={v}" for k, v in a.items()))
+def _ask_id(ask: dict[str, int]) -> str:
+    return "+".join(f"{name.split('-')[-1]}={v}" for name, v in ask.items())
+
+
+@pytest.mark.parametrize("ask", _ASKS, ids=_ask_id)
 @pytest.mark.parametrize("core,ratio", [(0, 0), (0, 1), (1, 0), (100, 100)])
 @pytest.mark.parametrize("memory", ["0", "1", "1000", "1001", "16Gi"])
 def test_share_left_on_every_card_even_the_ones_that_cannot_fit(
