@@ -299,3 +299,27 @@ def test_card_matrices_equal_card_amounts(ledger: NodeDeviceLedger,
                 after = [f - a for f, a in zip(card.free, amounts, strict=True)]
                 parts = [f * 1000 // x for x, f in zip(card.total, after, strict=True) if x > 0]
                 assert int(left[n, col]) == (min(parts) if parts else 0)
+
+
+def test_apply_for_all_needs_one_card_that_fits() -> None:
+    """``ApplyForAll`` (count 0) is feasible on a node only where at least one of its cards
+    fits: not on a node whose only NIC is taken, nor on one without NICs."""
+    taken = '{"rdma":[{"minor":0,"resources":{"koordinator.sh/rdma":"100"}}]}'
+    ledger = ledger_of(
+        [device("full", nic("rdma", 0)), device("free", nic("rdma", 0)), gpus("bare", 1)],
+        [bound(gpu_pod("holder", {}), "full", taken)],
+    )
+    request = parse_request(gpu_pod("p", {"koordinator.sh/rdma": 1},
+                                    {HINT: '{"rdma":{"allocateStrategy":"ApplyForAll"}}'}).build())
+    assert request is not None and request.types[0].count == 0
+    rows = feasible_rows(ledger, request)
+    assert {name: bool(rows[ledger.row_of(name)]) for name in ("full", "free", "bare")} == \
+        {"full": False, "free": True, "bare": False}
+
+
+def test_rows_feasible_of_no_rows_is_an_empty_mask() -> None:
+    ledger = ledger_of([gpus("n", 1)])
+    request = parse_request(gpu_pod("p", {"nvidia.com/gpu": 1}).build())
+    assert request is not None
+    out = rows_feasible(ledger, request, np.zeros(0, np.int64))
+    assert out.shape == (0,) and out.dtype == np.bool_
