@@ -16,6 +16,11 @@
 # mutmut-equivalent: scheduler.devices.allocator.x__by_scope_tree__mutmut_39
 #   `hint = request.hints.get(gpu)` -> `None` (scope ""): plain_gpu_request only lets through
 #   a scope of "" or Node, whose level (0 or 1) no scope of the tree is below.
+# mutmut-equivalent: scheduler.devices.allocator.x_rows_feasible__mutmut_3
+#   `len(rows) <= FEW_ROWS` -> `<`: four rows go by numpy instead of row by row; the two
+#   answer alike (rowfit's invariant, held by test_rowfit.py).
+# mutmut-equivalent: scheduler.devices.allocator.x_rows_feasible__mutmut_30
+#   `count <= 1` -> `count < 1`: for count 1, `sum(ok) >= 1` is `any(ok)`.
 
 from __future__ import annotations
 
