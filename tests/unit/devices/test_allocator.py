@@ -21,6 +21,16 @@
 #   answer alike (rowfit's invariant, held by test_rowfit.py).
 # mutmut-equivalent: scheduler.devices.allocator.x_rows_feasible__mutmut_30
 #   `count <= 1` -> `count < 1`: for count 1, `sum(ok) >= 1` is `any(ok)`.
+# mutmut-equivalent: scheduler.devices.allocator.x__round_robin__mutmut_26
+#   `max(..., default=0)` -> `default=1`: with no card on a preferred switch the one extra
+#   round takes nothing (no group to take from).
+# mutmut-equivalent: scheduler.devices.allocator.x__use__mutmut_6
+#   `zip(names, amounts, strict=True)` -> `strict=None`: card_amounts' amounts are aligned with
+#   RESOURCES_BY_TYPE (one per resource name), so the lengths always match.
+# mutmut-equivalent: scheduler.devices.allocator.x__use__mutmut_9
+#   `strict=True` dropped: as _use__mutmut_6.
+# mutmut-equivalent: scheduler.devices.allocator.x__use__mutmut_10
+#   `strict=True` -> `strict=False`: as _use__mutmut_6.
 
 from __future__ import annotations
 

@@ -16,6 +16,12 @@ issue 45). Here the holder takes any amounts and the request is the free part, +
 #   `memory * 100 // card_memory` -> `/`: stored into the int64 matrix, truncated; the rounded
 #   quotient of two integers below 2**53 only reaches the next integer when card x ratio
 #   exceeds 2**53 (a card of about 90 TB), so the two agree for every real card.
+# mutmut-equivalent: scheduler.devices.allocator.x_card_fits__mutmut_47
+#   `free >= ratio * card_memory // 100` -> `/ 100`: for an integer free, free >= x exactly
+#   when free >= floor(x); the double quotient is exact enough below cards of ~70 TB.
+# mutmut-equivalent: scheduler.devices.allocator.x_card_fits__mutmut_53
+#   `card_memory > 0` -> `>= 0`: a card of 0 bytes has 0 free, which the memory test just
+#   below refuses for every memory request (at least 1 byte).
 # mutmut-equivalent: scheduler.devices.allocator.x_card_fits__mutmut_11
 #   a NIC/FPGA's `ok &= free >= per` -> `ok = ...` drops the health mask, but an unhealthy
 #   card's (or a padding column's) total and so free is 0 (ledger invariant) and every
@@ -85,6 +91,10 @@ def _expected(kind: str, ask: dict[str, int], card_memory: int,
 # a one-byte card: a memory request of all of it is the whole ratio (1 * 100 // 1)
 @example(card_memory=1, held=(0, 0, 0.0), kind="memory", delta=0)
 @example(card_memory=1, held=(0, 0, 0.0), kind="core+memory", delta=0)
+# ... nor when half the ratio is free (the ratio is 1 * 100 // 1, not // 2)
+@example(card_memory=1, held=(0, 50, 0.0), kind="memory", delta=0)
+# all of the ratio but 5 bytes short of its memory (100 * 1000 // 100): no fit
+@example(card_memory=1000, held=(0, 0, 0.005), kind="ratio", delta=0)
 def test_exactly_the_free_part_fits_and_one_more_does_not(
     card_memory: int, held: tuple[int, int, float], kind: str, delta: int
 ) -> None:
