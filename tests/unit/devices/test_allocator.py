@@ -31,6 +31,21 @@
 #   `strict=True` dropped: as _use__mutmut_6.
 # mutmut-equivalent: scheduler.devices.allocator.x__use__mutmut_10
 #   `strict=True` -> `strict=False`: as _use__mutmut_6.
+# mutmut-equivalent: scheduler.devices.allocator.x__allocate_type__mutmut_1
+#   `minimum: int = 0` -> `1`: `count = max(count, minimum)` runs after the count-0 return,
+#   where count is already at least 1.
+# mutmut-equivalent: scheduler.devices.allocator.x__allocate_type__mutmut_2
+#   `most: int = 0` -> `1`: `most = max(most, count)` with count at least 1.
+# mutmut-equivalent: scheduler.devices.allocator.x__allocate_type__mutmut_6
+#   `view.cards.get(t, ())` -> `.get(t, None)`: allocate answers "Insufficient <type>
+#   devices" before _allocate_type for a type without cards in the view, so the default is
+#   never read.
+# mutmut-equivalent: scheduler.devices.allocator.x__allocate_type__mutmut_8
+#   `.get(t, ())` -> `.get(t)`: as _allocate_type__mutmut_6.
+# mutmut-equivalent: scheduler.devices.allocator.x__allocate_type__mutmut_57
+#   all_cards' `.get(t, ())` -> `.get(t, None)`: as _allocate_type__mutmut_6.
+# mutmut-equivalent: scheduler.devices.allocator.x__allocate_type__mutmut_59
+#   all_cards' `.get(t, ())` -> `.get(t)`: as _allocate_type__mutmut_6.
 
 from __future__ import annotations
 
@@ -166,6 +181,10 @@ CASES: list[Any] = [
                  {"koordinator.sh/rdma": 1},
                  {HINT: '{"rdma":{"allocateStrategy":"ApplyForAll"}}'}, SPREAD,
                  [("rdma", 0), ("rdma", 1), ("rdma", 2)], id="rdma-apply-for-all"),
+    pytest.param([device("n", nic("rdma", 0), nic("rdma", 1))], [], {"koordinator.sh/rdma": 1},
+                 {HINT: '{"rdma":{"allocateStrategy":"ApplyForAll",'
+                        '"selector":{"matchLabels":{"model":"x"}}}}'}, SPREAD,
+                 (R, "Insufficient rdma devices"), id="rdma-apply-for-all-selects-nothing"),
     pytest.param([device("n", nic("fpga", 0))], [], {"koordinator.sh/fpga": 100}, None, SPREAD,
                  [("fpga", 0)], id="fpga-whole"),
     pytest.param([device("n", gpu(0, pcie="A"), gpu(1, pcie="B"), nic("rdma", 0, pcie="B"))],
