@@ -46,6 +46,9 @@
 #   all_cards' `.get(t, ())` -> `.get(t, None)`: as _allocate_type__mutmut_6.
 # mutmut-equivalent: scheduler.devices.allocator.x__allocate_type__mutmut_59
 #   all_cards' `.get(t, ())` -> `.get(t)`: as _allocate_type__mutmut_6.
+# mutmut-equivalent: scheduler.devices.allocator.x__allocate_type__mutmut_99
+#   gpushare's key `(False, free memory, minor)` -> `(True, ...)`: a constant first element,
+#   the same order.
 
 from __future__ import annotations
 
@@ -160,6 +163,15 @@ CASES: list[Any] = [
                           ("n", half_on(6))], {"nvidia.com/gpu": 2},
                  {HINT: '{"gpu":{"requiredTopologyScope":"NUMANode"}}'}, SPREAD,
                  [("gpu", 1), ("gpu", 3)], id="required-numa-across-switches"),
+    pytest.param([TOPO], [("n", half_on(m)) for m in range(7)], {"nvidia.com/gpu": 2},
+                 {HINT: '{"gpu":{"requiredTopologyScope":"PCIe"}}'}, SPREAD,
+                 (U, "Insufficient Topology Scoped GPU Devices"), id="required-pcie-one-card-free"),
+    # gpushare's rule whatever the scorer: the card with the least free memory that fits.
+    pytest.param([gpus("n", 2)], [("n", half_on(1))], {"aliyun.com/gpu-mem": 30}, None, SPREAD,
+                 [("gpu", 1)], id="gpushare-least-free-memory-under-spread"),
+    pytest.param([gpus("n", 2)], [("n", half_on(0)), ("n", half_on(1))],
+                 {"aliyun.com/gpu-mem": 50}, None, SPREAD, (U, "Insufficient gpu devices"),
+                 id="gpushare-no-card-fits"),
     pytest.param([gpus("n", 2)], [], {"nvidia.com/gpu": 2},
                  {HINT: '{"gpu":{"requiredTopologyScope":"Device"}}'}, SPREAD,
                  (U, "Insufficient Topology Scoped GPU Devices"), id="required-device-scope"),
