@@ -49,6 +49,13 @@
 # mutmut-equivalent: scheduler.devices.allocator.x__allocate_type__mutmut_99
 #   gpushare's key `(False, free memory, minor)` -> `(True, ...)`: a constant first element,
 #   the same order.
+# mutmut-equivalent: scheduler.devices.allocator.x__allocate_type__mutmut_153
+#   the scope tree's "no choice" Status always ERR_TOPOLOGY_SCOPED: unscoped, the tree always
+#   answers once there are `count` candidates (checked just before: its node scope holds
+#   every card), so only a scoped request reaches that return.
+# mutmut-equivalent: scheduler.devices.allocator.x__allocate_type__mutmut_154
+#   `insufficient(t)` -> `insufficient(None)` in that return: unreachable, as
+#   _allocate_type__mutmut_153.
 
 from __future__ import annotations
 
