@@ -56,6 +56,8 @@
 # mutmut-equivalent: scheduler.devices.allocator.x__allocate_type__mutmut_154
 #   `insufficient(t)` -> `insufficient(None)` in that return: unreachable, as
 #   _allocate_type__mutmut_153.
+# mutmut-equivalent: scheduler.devices.allocator.x__allocate_type__mutmut_161
+#   the scoped order `(False, *rank)` -> `(True, *rank)`: a constant first element.
 
 from __future__ import annotations
 
@@ -128,6 +130,7 @@ def picked(result: list[CardUse] | Status) -> list[tuple[str, int]] | tuple[Code
 
 U, R = Code.UNSCHEDULABLE, Code.UNSCHEDULABLE_AND_UNRESOLVABLE
 TOPO = topo_gpus("n", EIGHT)
+MIXED = device("n", gpu(0, pcie="A"), gpu(1, pcie="A"), gpu(2))  # GPU 2 reports no topology
 
 CASES: list[Any] = [
     pytest.param([gpus("n", 2)], [("n", half_on(0))], {CORE: 50, RATIO: 50}, None, BINPACK,
@@ -173,6 +176,26 @@ CASES: list[Any] = [
     pytest.param([TOPO], [("n", half_on(m)) for m in range(7)], {"nvidia.com/gpu": 2},
                  {HINT: '{"gpu":{"requiredTopologyScope":"PCIe"}}'}, SPREAD,
                  (U, "Insufficient Topology Scoped GPU Devices"), id="required-pcie-one-card-free"),
+    # A node where not every GPU reports topology (no scope tree): a scoped request goes by
+    # topology.choose_scoped, shared cards by score, gpushare by least free memory.
+    pytest.param([MIXED], [("n", half_on(0))], {RATIO: 30},
+                 {HINT: '{"gpu":{"requiredTopologyScope":"PCIe"}}'}, SPREAD, [("gpu", 1)],
+                 id="scoped-shared-without-scope-tree-by-score"),
+    pytest.param([MIXED], [("n", half_on(0))], {"aliyun.com/gpu-mem": 30},
+                 {HINT: '{"gpu":{"requiredTopologyScope":"PCIe"}}'}, SPREAD, [("gpu", 0)],
+                 id="scoped-gpushare-without-scope-tree-least-free-memory"),
+    pytest.param([device("n", gpu(0, pcie="A"), gpu(1, pcie="B"), gpu(2, pcie="B"),
+                         gpu(3, pcie="A"), gpu(4))], [("n", half_on(4)), ("n", half_on(0))],
+                 {"nvidia.com/gpu": 2}, {HINT: '{"gpu":{"requiredTopologyScope":"PCIe"}}'},
+                 SPREAD, [("gpu", 1), ("gpu", 2)], id="scoped-whole-without-scope-tree"),
+    # whole cards in a NUMA scope: one switch first (1, 2), not the lowest minors (0, 1)
+    pytest.param([device("n", gpu(0, pcie="A"), gpu(1, pcie="B"), gpu(2, pcie="B"), gpu(3))],
+                 [("n", half_on(3))], {"nvidia.com/gpu": 2},
+                 {HINT: '{"gpu":{"requiredTopologyScope":"NUMANode"}}'}, SPREAD,
+                 [("gpu", 1), ("gpu", 2)], id="scoped-numa-whole-one-switch-first"),
+    pytest.param([device("n", gpu(0, pcie="B"), gpu(1, pcie="A"), gpu(2, pcie="A"), gpu(3))],
+                 [("n", half_on(1)), ("n", half_on(3))], {"nvidia.com/gpu": 1}, None, SPREAD,
+                 [("gpu", 0)], id="one-whole-card-without-scope-tree-by-score"),
     # gpushare's rule whatever the scorer: the card with the least free memory that fits.
     pytest.param([gpus("n", 2)], [("n", half_on(1))], {"aliyun.com/gpu-mem": 30}, None, SPREAD,
                  [("gpu", 1)], id="gpushare-least-free-memory-under-spread"),
