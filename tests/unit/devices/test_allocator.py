@@ -196,6 +196,10 @@ CASES: list[Any] = [
     pytest.param([device("n", gpu(0, pcie="B"), gpu(1, pcie="A"), gpu(2, pcie="A"), gpu(3))],
                  [("n", half_on(1)), ("n", half_on(3))], {"nvidia.com/gpu": 1}, None, SPREAD,
                  [("gpu", 0)], id="one-whole-card-without-scope-tree-by-score"),
+    # ... several whole cards there by PCIe switch (topology.choose_whole), not by score
+    pytest.param([device("n", gpu(0, pcie="A"), gpu(1, pcie="B"), gpu(2, pcie="B"), gpu(3))],
+                 [("n", half_on(3))], {"nvidia.com/gpu": 2}, None, SPREAD,
+                 [("gpu", 1), ("gpu", 2)], id="whole-cards-without-scope-tree-one-switch"),
     # gpushare's rule whatever the scorer: the card with the least free memory that fits.
     pytest.param([gpus("n", 2)], [("n", half_on(1))], {"aliyun.com/gpu-mem": 30}, None, SPREAD,
                  [("gpu", 1)], id="gpushare-least-free-memory-under-spread"),
