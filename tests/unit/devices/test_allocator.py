@@ -58,6 +58,19 @@
 #   _allocate_type__mutmut_153.
 # mutmut-equivalent: scheduler.devices.allocator.x__allocate_type__mutmut_161
 #   the scoped order `(False, *rank)` -> `(True, *rank)`: a constant first element.
+# mutmut-equivalent: scheduler.devices.allocator.x_allocate__mutmut_4
+#   `view.cards.get(type, ())` -> `.get(type, None)`: node_view lists every type it is asked
+#   for (an empty tuple where the node has none), so the default is never read.
+# mutmut-equivalent: scheduler.devices.allocator.x_allocate__mutmut_6
+#   `.get(type, ())` -> `.get(type)`: as allocate__mutmut_4.
+# mutmut-equivalent: scheduler.devices.allocator.x_allocate__mutmut_16
+#   has_vfs' `.get(t, ())` -> `.get(t, None)`: the loop before returned unless the type has
+#   cards in the view.
+# mutmut-equivalent: scheduler.devices.allocator.x_allocate__mutmut_18
+#   `.get(t, ())` -> `.get(t)`: as allocate__mutmut_16.
+# mutmut-equivalent: scheduler.devices.allocator.x_allocate__mutmut_51
+#   a secondary's minimum without SamePCIe 0 -> 1: `max(count, minimum)` with count at least 1
+#   (joint types are never ApplyForAll).
 
 from __future__ import annotations
 
@@ -249,6 +262,11 @@ CASES: list[Any] = [
                  {JOINT: '{"deviceTypes":["gpu","rdma"],"requiredScope":"SamePCIe"}'}, SPREAD,
                  [("gpu", 0), ("gpu", 1), ("rdma", 0), ("rdma", 1)],
                  id="joint-one-nic-per-switch"),
+    # SamePCIe needs a NIC on each switch of the GPUs: with B's missing, too few NICs
+    pytest.param([device("n", gpu(0, pcie="A"), gpu(1, pcie="B"), nic("rdma", 0, pcie="A"))],
+                 [], {"nvidia.com/gpu": 2, "koordinator.sh/rdma": 1},
+                 {JOINT: '{"deviceTypes":["gpu","rdma"],"requiredScope":"SamePCIe"}'}, SPREAD,
+                 (U, "Insufficient rdma devices"), id="joint-same-pcie-a-nic-short"),
     # PCIe groups of unequal size (Koordinator's sortDeviceResourcesByPreferredPCIe): the
     # first NIC of each preferred switch, then the second of each that has one, ...; the
     # lone NIC of switch B comes before A's second, not after A's third.
