@@ -71,6 +71,9 @@
 # mutmut-equivalent: scheduler.devices.allocator.x_allocate__mutmut_51
 #   a secondary's minimum without SamePCIe 0 -> 1: `max(count, minimum)` with count at least 1
 #   (joint types are never ApplyForAll).
+# mutmut-equivalent: scheduler.devices.allocator.x_gpu_amounts__mutmut_4
+#   `per[core] if requested[core] else 0` -> `per[core]`: per_device is 0 wherever requested
+#   is False (request.TypeRequest's invariant, _gpu_request).
 
 from __future__ import annotations
 
@@ -267,6 +270,11 @@ CASES: list[Any] = [
                  [], {"nvidia.com/gpu": 2, "koordinator.sh/rdma": 1},
                  {JOINT: '{"deviceTypes":["gpu","rdma"],"requiredScope":"SamePCIe"}'}, SPREAD,
                  (U, "Insufficient rdma devices"), id="joint-same-pcie-a-nic-short"),
+    # a type outside the joint rule is still allocated after the joint ones
+    pytest.param([device("n", gpu(0, pcie="A"), nic("rdma", 0, pcie="A"), nic("fpga", 0))], [],
+                 {"nvidia.com/gpu": 1, "koordinator.sh/rdma": 1, "koordinator.sh/fpga": 100},
+                 {JOINT: '{"deviceTypes":["gpu","rdma"]}'}, SPREAD,
+                 [("gpu", 0), ("rdma", 0), ("fpga", 0)], id="joint-and-another-type"),
     # PCIe groups of unequal size (Koordinator's sortDeviceResourcesByPreferredPCIe): the
     # first NIC of each preferred switch, then the second of each that has one, ...; the
     # lone NIC of switch B comes before A's second, not after A's third.
