@@ -2,6 +2,29 @@
 reference, over ``node_view``): same cards, same amounts, same order, same Status — on random
 ledgers, requests and scorers, and on hand-built tie-breaks."""
 
+# Equivalent mutants (make mutation MODULE=scheduler/devices/allocator.py):
+# mutmut-equivalent: scheduler.devices.allocator.x__by_scope_tree__mutmut_40
+#   `request.hints.get(gpu)` -> `.get(None)` (scope ""): plain_gpu_request lets only a scope of
+#   "" or Node through, and both require a level (0, 1) no scope of the tree is below.
+# mutmut-equivalent: scheduler.devices.allocator.x__by_scope_tree__mutmut_41
+#   scope -> None: level 0 (TOPOLOGY_SCOPE_LEVEL.get), as _by_scope_tree__mutmut_40.
+# mutmut-equivalent: scheduler.devices.allocator.x__by_scope_tree__mutmut_42
+#   scope always "": as _by_scope_tree__mutmut_40.
+# mutmut-equivalent: scheduler.devices.allocator.x__by_scope_tree__mutmut_45
+#   no hint: scope "XXXX" (level 0) instead of "" (level 0).
+# mutmut-equivalent: scheduler.devices.allocator.x__by_scope_tree__mutmut_52
+#   scope None passed to choose_minors: level 0, as _by_scope_tree__mutmut_40.
+# mutmut-equivalent: scheduler.devices.allocator.x_allocate_plain__mutmut_15
+#   `row is None or not minors` -> `and`: a node without a row has no minors, and a row
+#   without GPU columns fails the `any(exists)` test just below with the same Status.
+# mutmut-equivalent: scheduler.devices.allocator.x_allocate_plain__mutmut_34
+#   `exists and healthy` -> `exists or healthy`: an existing unhealthy card has total and so
+#   free 0, and gpu_amounts refuses it for every request parse_request builds (ratio >= 1, or
+#   memory on a card of 0 bytes); healthy implies exists (table.lay_out).
+# mutmut-equivalent: scheduler.devices.allocator.x_plain_gpu_request__mutmut_9
+#   `count <= 0` -> `count < 0`: a GPU TypeRequest's count is at least 1 (gpu_split; count 0,
+#   ApplyForAll, exists only for NICs and FPGAs).
+
 from __future__ import annotations
 
 from typing import Any
@@ -18,7 +41,7 @@ from apis.partition import (
     LABEL_GPU_PARTITION_POLICY,
 )
 from apis.resources import DEVICE_GPU, FPGA, GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO, RDMA
-from apis.topology import ANNOTATION_GPU_TOPOLOGY
+from apis.topology import ANNOTATION_GPU_TOPOLOGY, GPUTopology
 from scheduler.devices.allocator import allocate, allocate_plain, plain_gpu_request
 from scheduler.devices.ledger import NodeDeviceLedger
 from scheduler.devices.request import CardUse, DeviceRequest, RequestError, parse_request
@@ -35,7 +58,9 @@ from tests.unit.devices.helpers import (
     hopper_table,
     ledgers,
     nic,
+    nvlink,
     pairs_topology,
+    pcie_link,
 )
 
 CORE, RATIO, MEM = GPU_CORE, GPU_MEMORY_RATIO, GPU_MEMORY
@@ -348,5 +373,42 @@ def test_falls_back_for_whole_cards_on_a_partitioned_node() -> None:
     assert whole is not None and shared is not None
     assert allocate_plain(ledger, "n", whole, SPREAD) is None
     fast, ref = both(ledger, "n", shared, SPREAD)
+    assert fast is not None
+    same(fast, ref)
+
+
+def test_falls_back_for_several_whole_cards_where_the_interconnect_chooses() -> None:
+    """NVLink joins cards on different PCIe switches (0-2, 1-3): ``allocate`` pairs 0 with its
+    NVLink partner 2, where the scope tree would take 0 and 1 (one switch); the fast path,
+    which knows only the scope tree, must leave the choice to ``allocate``."""
+    topology = GPUTopology((
+        nvlink(0, 2, 12, 300), nvlink(1, 3, 12, 300), pcie_link(0, 1, "Node"),
+        pcie_link(2, 3, "Node"), pcie_link(0, 3, "Node"), pcie_link(1, 2, "Node"),
+    ))
+    ledger = NodeDeviceLedger()
+    ledger.apply_change(Change("Device", None, device(
+        "n", *(gpu(m, pcie=f"pci{m // 2}") for m in range(4)),
+        annotations={ANNOTATION_GPU_TOPOLOGY: topology.encode()})))
+    request = parse_request(gpu_pod("p", {NVIDIA: 2}).build())
+    assert request is not None
+    fast, ref = both(ledger, "n", request, SPREAD)
+    assert fast is None
+    assert isinstance(ref, list) and [u.minor for u in ref] == [0, 2]
+
+
+@pytest.mark.parametrize("hint", [
+    '{"gpu":{}}', '{"gpu":{"allocateStrategy":"ApplyForAll"}}',
+    '{"gpu":{"requiredTopologyScope":"Node"}}',
+])
+@pytest.mark.parametrize("requests", [{NVIDIA: 1}, {RATIO: 50}], ids=["whole", "shared"])
+def test_answers_with_a_gpu_hint_without_selector_or_scope(
+    hint: str, requests: dict[str, Any]
+) -> None:
+    """A GPU hint that neither selects cards nor narrows the scope keeps Reserve's fast path."""
+    ledger = NodeDeviceLedger()
+    ledger.apply_change(Change("Device", None, device("n", gpu(0), gpu(1))))
+    request = parse_request(gpu_pod("p", requests, {HINT: hint}).build())
+    assert request is not None
+    fast, ref = both(ledger, "n", request, SPREAD)
     assert fast is not None
     same(fast, ref)
