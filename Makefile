@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: all demo test test-unit bench bench-b2 bench-b3 bench-b3-models bench-b4 lint proto kube-apiserver kube-scheduler image clean chaos chaos-soak
+.PHONY: all demo test test-unit bench bench-b2 bench-b3 bench-b3-models bench-b4 lint proto kube-apiserver kube-scheduler kube-1.37 helm image clean chaos chaos-soak
 
 all: test
 
@@ -91,6 +91,14 @@ image: $(STAMP)
 ## kube-scheduler: build (once, cached) Go kube-scheduler v1.20.2, B2's reference
 kube-scheduler:
 	bash hack/kube-scheduler.sh
+
+## kube-1.37: build (once, cached) kube-apiserver, kube-controller-manager, kube-scheduler v1.37.2 and etcd v3.7.3 from Go modules
+kube-1.37:
+	bash hack/kube-1.37.sh
+
+## helm: build (once, cached) helm v3.22.0 from its Go module
+helm:
+	bash hack/helm.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks
