@@ -112,7 +112,9 @@ gomod_build() {
   start="$(date +%s)"
   (
     cd "$moddir"
-    export CGO_ENABLED=0 GOFLAGS=-mod=readonly GOTOOLCHAIN=local GOMAXPROCS=2 GOWORK=off
+    # -buildvcs=false: the wrapper sits in our git checkout, whose state says nothing about
+    # the binary (and git may be absent or refuse a checkout owned by another user).
+    export CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false" GOTOOLCHAIN=local GOMAXPROCS=2 GOWORK=off
     nice -n 19 "$go" build -p 1 -trimpath -tags="$tags" -ldflags="$ldflags" -o "$tmp" "$pkg" >&2
   ) || die "go build $pkg failed (see output above)"
   is_exe "$tmp" || die "go build $pkg produced no executable"
