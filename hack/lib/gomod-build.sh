@@ -138,5 +138,5 @@ gomod_write_stamp() {
     printf 'built=%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
     printf '%s\n' "$@"
   } >"$tmp" || die "cannot write the stamp in $dir"
-  mv -f "$tmp" "$dir/stamp" || die "cannot write the stamp in $dir"
+  chmod 0644 "$tmp" && mv -f "$tmp" "$dir/stamp" || die "cannot write the stamp in $dir"
 }

@@ -57,9 +57,10 @@ class Component:
             self.proc = subprocess.Popen(
                 [
                     binary,
+                    # No --authentication/authorization-kubeconfig: /healthz is always allowed,
+                    # and without a client CA the server publishes no
+                    # extension-apiserver-authentication ConfigMap for them to read.
                     f"--kubeconfig={kubeconfig}",
-                    f"--authentication-kubeconfig={kubeconfig}",
-                    f"--authorization-kubeconfig={kubeconfig}",
                     "--bind-address=127.0.0.1",
                     f"--secure-port={self.port}",
                     f"--cert-dir={cert_dir}",
@@ -201,6 +202,8 @@ def test_a_pod_gets_its_claim_a_device_and_a_node(plane: tuple[ApiServer, Kube])
     _, kube = plane
     ns = kube.ensure_namespace("smoke-dra")
     kube.post("/api/v1/nodes", _node("smoke-n1"))
+    # Admission (TaintNodesByCondition) adds node.kubernetes.io/not-ready; no kubelet clears it.
+    kube.patch("/api/v1/nodes/smoke-n1", {"spec": {"taints": None}})
     kube.post(
         "/apis/resource.k8s.io/v1/deviceclasses",
         {
