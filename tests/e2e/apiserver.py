@@ -314,7 +314,7 @@ class ApiServer:
                 "--endpoint-reconciler-type=none",
                 "--disable-admission-plugins=ServiceAccount",
                 "--allow-privileged=true",
-                "--logtostderr=true",
+                # No --logtostderr: stderr is the default on 1.20, and 1.26 removed the flag.
                 "--v=1",
                 *self._audit_args(),
                 *self.extra_args,

@@ -7,7 +7,12 @@ Debian's ``kubernetes`` source package (first use only; minutes).
 - ``KOORD_SKIP_E2E=1``: skip the tier.
 - Binaries unavailable: skip with the script's reason, or FAIL when ``CI`` is set.
 
-Fixtures: ``kube_binaries`` (session), ``apiserver`` (session, AlwaysAllow),
+The current control plane (kube-apiserver, kube-controller-manager, kube-scheduler v1.37.2 and
+etcd v3.7.3) comes from ``hack/kube-1.37.sh --cached-only``: it is built by ``make kube-1.37``,
+never by a test run (a cold build takes most of an hour). Not built: skip, or FAIL under ``CI``.
+
+Fixtures: ``kube_binaries`` (session), ``kube137_binaries`` (session, dict of the v1.37.2
+binaries by their script key), ``apiserver`` (session, AlwaysAllow),
 ``rbac_apiserver`` (session, RBAC, started only when requested), ``make_apiserver``
 (function-scoped factory; servers are stopped at the end of the test), ``kube_client``
 (function-scoped ``kubernetes.client.ApiClient`` with the admin token of ``apiserver``).
@@ -96,6 +101,41 @@ def kube_binaries(request: pytest.FixtureRequest) -> tuple[str, str]:
     except KeyError:
         _unavailable(f"{SCRIPT.name} printed no binary paths: {out!r}")
         raise  # unreachable
+
+
+KUBE_137_KEYS = (
+    "KUBE_APISERVER_BIN",
+    "KUBE_CONTROLLER_MANAGER_BIN",
+    "KUBE_SCHEDULER_BIN",
+    "ETCD_BIN",
+)
+
+
+@pytest.fixture(scope="session")
+def kube137_binaries() -> dict[str, str]:
+    """The v1.37.2 control plane's binaries (keys: ``KUBE_137_KEYS``) from the cache of
+    ``hack/kube-1.37.sh``; never builds. Not built: skip, or FAIL under CI."""
+    if os.environ.get("KOORD_SKIP_E2E") == "1":
+        pytest.skip("KOORD_SKIP_E2E=1: real-API-server tier disabled")
+    script = REPO_ROOT / "hack" / "kube-1.37.sh"
+    try:
+        proc = subprocess.run(
+            ["bash", str(script), "--cached-only"],
+            capture_output=True,
+            text=True,
+            cwd=REPO_ROOT,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        _unavailable(f"cannot run {script}: {exc}")
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines() or [f"{script.name} exited {proc.returncode}"]
+        _unavailable(lines[-1])
+    values = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+    missing = [k for k in KUBE_137_KEYS if k not in values]
+    if missing:
+        _unavailable(f"{script.name} printed no {', '.join(missing)}: {proc.stdout!r}")
+    return {k: values[k] for k in KUBE_137_KEYS}
 
 
 @pytest.fixture(scope="session")
