@@ -237,7 +237,7 @@ def test_inline_commands_name_real_targets_subcommands_and_flags() -> None:
     from koordlet.cli import build_parser as koordlet_parser
     from scheduler.cli import build_parser as scheduler_parser
 
-    targets = set(re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), re.M))
+    targets = set(re.findall(r"^([\w.-]+):", (ROOT / "Makefile").read_text(), re.M))
     parsers = {"koord-scheduler": scheduler_parser(), "koordlet": koordlet_parser()}
     problems = []
     for path in docs():
