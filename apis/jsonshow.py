@@ -20,6 +20,7 @@ import json
 from typing import Final
 
 from apis.jsonload import nesting_depth
+from apis.topology import json_kind as _kind
 
 __all__ = [
     "MAX_KEPT_DEPTH",
@@ -34,22 +35,6 @@ MAX_SHOWN_DEPTH: Final = 20
 MAX_SHOWN_CHARS: Final = 200
 MAX_SHOWN_NODES: Final = 1_000
 MAX_KEPT_DEPTH: Final = 100
-
-
-def _kind(v: object) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "boolean"
-    if isinstance(v, int | float):
-        return "number"
-    if isinstance(v, str):
-        return "string"
-    if isinstance(v, list | tuple):
-        return "array"
-    if isinstance(v, dict):
-        return "object"
-    return type(v).__name__
 
 
 def _shape(v: object) -> tuple[int, int] | None:
