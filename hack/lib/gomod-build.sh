@@ -18,16 +18,8 @@
 # change recompiles only what changed.
 # shellcheck shell=bash
 
-log() { printf '%s: %s\n' "$PROG" "$*" >&2; }
-die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 1; }
-
-is_exe() { [[ -n "${1:-}" && -f "$1" && -x "$1" ]]; }
-
-abspath() {
-  local p="$1"
-  if [[ "$p" != /* ]]; then p="$PWD/$p"; fi
-  printf '%s\n' "$p"
-}
+# shellcheck source=hack/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 GOMOD_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../gomod" && pwd)"
 CACHE_ROOT="$(abspath "${KOORD_CACHE_DIR:-${HOME:-/root}/.cache/koord-py}")"

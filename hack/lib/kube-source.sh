@@ -8,16 +8,8 @@
 # kube_make SRC WHAT VERSION (an offline, vendored, CGO-free `make WHAT=...`).
 # shellcheck shell=bash
 
-log() { printf '%s: %s\n' "$PROG" "$*" >&2; }
-die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 1; }
-
-is_exe() { [[ -n "${1:-}" && -f "$1" && -x "$1" ]]; }
-
-abspath() {
-  local p="$1"
-  if [[ "$p" != /* ]]; then p="$PWD/$p"; fi
-  printf '%s\n' "$p"
-}
+# shellcheck source=hack/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 APT_UPDATED=0
 # NEED_APT_HINT: what the user can do instead (set by the caller, e.g. "set KUBE_SCHEDULER_BIN").
