@@ -77,6 +77,7 @@ from apis.allocation import (
 )
 from apis.device import GPU_ISOLATION_PROVIDER_HAMI_CORE, LABEL_GPU_ISOLATION_PROVIDER
 from apis.resources import DEVICE_GPU, GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO
+from runtimehooks.cdi import ANNOTATION_PREFIX as CDI_ANNOTATION_PREFIX
 from runtimehooks.context import ContainerContext, HookInputError
 from runtimehooks.hooks.split import ALIYUN_GPU_MEM, container_share
 from runtimehooks.ports import (
@@ -142,7 +143,6 @@ CUDA_NO_DEVICE: Final = "-1"
 VOLUME_MOUNTS_MARKER: Final = "/var/run/nvidia-container-devices"
 """``NVIDIA_VISIBLE_DEVICES`` of the device plugin's ``volume-mounts`` strategy: the devices
 are the mounts below it, the value itself selects none."""
-CDI_ANNOTATION_PREFIX: Final = "cdi.k8s.io/"
 NVIDIA_CDI_VENDOR: Final = "nvidia.com/"
 CDI_GPU_KIND: Final = "nvidia.com/gpu"
 ANNOTATION_CDI_GPU: Final = f"{CDI_ANNOTATION_PREFIX}koordinator.sh_gpu"
