@@ -16,7 +16,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from fractions import Fraction
 from typing import Any, TypeVar, cast
@@ -132,6 +132,9 @@ class Pod:
     out: gpushare's count of a pod's ``aliyun.com/gpu-mem`` (``ALIYUN_COM_GPU_MEM_POD``)."""
     non_zero_cpu: int = DEFAULT_MILLI_CPU_REQUEST
     non_zero_memory: int = DEFAULT_MEMORY_REQUEST
+    scheduling_gates: tuple[str, ...] = ()
+    """``spec.schedulingGates[].name`` (GA since 1.30): while any is left the pod is not
+    scheduled (kube-scheduler's SchedulingGates PreEnqueue)."""
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -290,52 +293,152 @@ def _max(into: dict[str, Fraction], other: Mapping[str, Fraction]) -> None:
             into[k] = v
 
 
+# Pod-level resources (``spec.resources``, beta and on by default since 1.34): the resources a
+# pod-level request replaces (component-helpers' IsSupportedPodLevelResource).
+POD_LEVEL_RESOURCES = frozenset({CPU, MEMORY})
+HUGEPAGES_PREFIX = "hugepages-"
+
+
+def _pod_level(name: str) -> bool:
+    return name in POD_LEVEL_RESOURCES or name.startswith(HUGEPAGES_PREFIX)
+
+
+def pod_level_requests(spec: Mapping[str, Any], path: str = "spec") -> dict[str, Fraction]:
+    """``spec.resources.requests`` of the resources a pod-level request may set (cpu, memory,
+    hugepages-*); empty when the pod sets none (kube's IsPodLevelRequestsSet is then false)."""
+    res = _mapping(spec.get("resources"), f"{path}.resources")
+    reqs = _resource_list(res.get("requests"), f"{path}.resources.requests")
+    return {k: v for k, v in reqs.items() if _pod_level(k)}
+
+
+def _resize_infeasible(status: Mapping[str, Any]) -> bool:
+    """kube's IsPodResizeInfeasible: the first PodResizePending condition says Infeasible."""
+    for cond in _list(status.get("conditions"), "status.conditions"):
+        if isinstance(cond, Mapping) and cond.get("type") == "PodResizePending":
+            return cond.get("reason") == "Infeasible"
+    return False
+
+
 def pod_requests(
     spec: Mapping[str, Any],
     path: str = "spec",
     missing_defaults: Mapping[str, Fraction] | None = None,
+    status: Mapping[str, Any] | None = None,
 ) -> dict[str, Fraction]:
-    """kube's pod-level request: max(sum of app containers (+ sidecars), each init) + overhead;
-    a container's limit stands in for its missing request, as the API server's defaulting does.
+    """kube's pod-level request (component-helpers' PodRequests as kube-scheduler v1.37 calls
+    it for the pods it accounts): max(sum of app containers (+ sidecars), each init
+    (+ the sidecars before it)), then pod-level requests of cpu/memory/hugepages replace the
+    containers' sum, then overhead. A container's limit stands in for its missing request, as
+    the API server's defaulting does.
+
+    With ``status`` (in-place resize, GA since 1.35): the containers' sums are taken three
+    times, from the spec, from what the kubelet allocated (``containerStatuses[].
+    allocatedResources``) and from what it actuated (``containerStatuses[].resources.
+    requests``), and the larger of each resource counts, so that a pod being resized holds
+    the most it may use; a resize the kubelet found infeasible counts what it runs with, not
+    the spec. Pod-level ``status.allocatedResources``/``status.resources`` stand in for the
+    containers' status when both are set. A pending pod has no container status: its spec
+    alone counts, as it does on a server without these fields (1.20).
 
     ``missing_defaults`` stand in for a container's *missing* requests (an explicit 0 stays 0),
     as kube-scheduler's non-zero requests for scoring do.
     """
+    st = _mapping(status, "status") if status is not None else _EMPTY_MAP
+    infeasible = bool(st) and _resize_infeasible(st)
+    by_name: dict[str, Mapping[str, Any]] = {}
+    if st:
+        for key in ("containerStatuses", "initContainerStatuses"):
+            for i, cs in enumerate(_list(st.get(key), f"status.{key}")):
+                csm = _mapping(cs, f"status.{key}[{i}]")
+                name = csm.get("name")
+                if isinstance(name, str):
+                    by_name.setdefault(name, csm)
 
-    def container_requests(res: Mapping[str, Any], where: str) -> dict[str, Fraction]:
-        reqs = _resource_list(res.get("requests"), where)
+    def spec_requests(cmap: Mapping[str, Any], where: str) -> dict[str, Fraction]:
+        res = _mapping(cmap.get("resources"), f"{where}.resources")
+        reqs = _resource_list(res.get("requests"), f"{where}.resources.requests")
         # The API server's defaulting (SetDefaults_Pod): a limit without a request is also the
         # request. Objects read from an API server already carry it; files may not (gpushare
         # pods, for one, set only limits of aliyun.com/gpu-mem).
-        limits = _resource_list(res.get("limits"), where.rpartition(".")[0] + ".limits")
+        limits = _resource_list(res.get("limits"), f"{where}.resources.limits")
         for name, value in limits.items():
-            reqs.setdefault(name, value)
-        for name, value in (missing_defaults or {}).items():
             reqs.setdefault(name, value)
         return reqs
 
-    reqs: dict[str, Fraction] = {}
-    for i, c in enumerate(_list(spec.get("containers"), f"{path}.containers")):
-        cpath = f"{path}.containers[{i}]"
-        res = _mapping(_mapping(c, cpath).get("resources"), f"{cpath}.resources")
-        _add(reqs, container_requests(res, f"{cpath}.resources.requests"))
-    sidecars: dict[str, Fraction] = {}
-    init_max: dict[str, Fraction] = {}
-    for i, c in enumerate(_list(spec.get("initContainers"), f"{path}.initContainers")):
-        cpath = f"{path}.initContainers[{i}]"
-        cmap = _mapping(c, cpath)
-        res = _mapping(cmap.get("resources"), f"{cpath}.resources")
-        creqs = container_requests(res, f"{cpath}.resources.requests")
-        if cmap.get("restartPolicy") == "Always":
-            # Sidecar init containers run alongside the app containers.
-            _add(reqs, creqs)
-            _add(sidecars, creqs)
-            effective = dict(sidecars)
+    def allocated(cmap: Mapping[str, Any], where: str) -> dict[str, Fraction] | None:
+        cs = by_name.get(cmap.get("name"))  # type: ignore[arg-type]
+        if cs is not None and cs.get("allocatedResources") is not None:
+            return _resource_list(cs.get("allocatedResources"), f"{where}.allocatedResources")
+        return None if infeasible else spec_requests(cmap, where)
+
+    def actuated(cmap: Mapping[str, Any], where: str) -> dict[str, Fraction] | None:
+        cs = by_name.get(cmap.get("name"))  # type: ignore[arg-type]
+        if cs is not None:
+            res = _mapping(cs.get("resources"), f"{where}.resources")
+            if res.get("requests") is not None:
+                return _resource_list(res.get("requests"), f"{where}.resources.requests")
+            if cs.get("allocatedResources") is not None:
+                return _resource_list(cs.get("allocatedResources"), f"{where}.allocatedResources")
+        return None if infeasible else spec_requests(cmap, where)
+
+    def aggregate(
+        get: Callable[[Mapping[str, Any], str], dict[str, Fraction] | None],
+    ) -> dict[str, Fraction]:
+        def one(cmap: Mapping[str, Any], where: str) -> dict[str, Fraction]:
+            reqs = dict(get(cmap, where) or {})
+            for name, value in (missing_defaults or {}).items():
+                reqs.setdefault(name, value)
+            return reqs
+
+        reqs: dict[str, Fraction] = {}
+        for i, c in enumerate(_list(spec.get("containers"), f"{path}.containers")):
+            cpath = f"{path}.containers[{i}]"
+            _add(reqs, one(_mapping(c, cpath), cpath))
+        sidecars: dict[str, Fraction] = {}
+        init_max: dict[str, Fraction] = {}
+        for i, c in enumerate(_list(spec.get("initContainers"), f"{path}.initContainers")):
+            cpath = f"{path}.initContainers[{i}]"
+            cmap = _mapping(c, cpath)
+            creqs = one(cmap, cpath)
+            if cmap.get("restartPolicy") == "Always":
+                # Sidecar init containers run alongside the app containers.
+                _add(reqs, creqs)
+                _add(sidecars, creqs)
+                effective = dict(sidecars)
+            else:
+                effective = dict(creqs)
+                _add(effective, sidecars)
+            _max(init_max, effective)
+        _max(reqs, init_max)
+        return reqs
+
+    reqs = aggregate(spec_requests)
+    pod_resources = _mapping(st.get("resources"), "status.resources")
+    pod_allocated = st.get("allocatedResources")
+    if by_name or infeasible or pod_allocated is not None:
+        # With no status of its own, a container's allocated and actuated requests are its
+        # spec's (unless the resize is infeasible): the max is then the spec's sum.
+        if infeasible:
+            reqs = {}
+        if pod_allocated is not None and pod_resources.get("requests") is not None:
+            _max(reqs, _resource_list(pod_allocated, "status.allocatedResources"))
+            _max(reqs, _resource_list(pod_resources["requests"], "status.resources.requests"))
         else:
-            effective = dict(creqs)
-            _add(effective, sidecars)
-        _max(init_max, effective)
-    _max(reqs, init_max)
+            _max(reqs, aggregate(actuated))
+            _max(reqs, aggregate(allocated))
+    pod_level = pod_level_requests(spec, path)
+    if pod_level:
+        if st.get("resources") is not None:
+            # In-place resize of pod-level resources (beta, on since 1.36): what the kubelet
+            # allocated and actuated for the pod counts too.
+            effective = {} if infeasible else dict(pod_level)
+            actuated_pod = pod_resources.get("requests")
+            if actuated_pod is not None:
+                _max(effective, _resource_list(actuated_pod, "status.resources.requests"))
+            if pod_allocated is not None:
+                _max(effective, _resource_list(pod_allocated, "status.allocatedResources"))
+            pod_level = {k: v for k, v in effective.items() if _pod_level(k)}
+        reqs.update(pod_level)
     _add(reqs, _resource_list(spec.get("overhead"), f"{path}.overhead"))
     return reqs
 
@@ -527,6 +630,20 @@ def drop_managed_fields(doc: Any) -> Any:
     return doc
 
 
+def _scheduling_gates(value: Any) -> tuple[str, ...]:
+    if not value:
+        return ()
+    return _shared(
+        tuple(
+            _str(
+                _mapping(g, f"spec.schedulingGates[{i}]").get("name"),
+                f"spec.schedulingGates[{i}].name",
+            )
+            for i, g in enumerate(_list(value, "spec.schedulingGates"))
+        )
+    )
+
+
 def decode_pod(obj: Mapping[str, Any]) -> Pod:
     """Decode a v1 Pod mapping; raises DecodeError naming the field."""
     obj = _mapping(obj, "")
@@ -537,8 +654,17 @@ def decode_pod(obj: Mapping[str, Any]) -> Pod:
     namespace = _str(meta.get("namespace"), "metadata.namespace", "default") or "default"
     spec = _mapping(obj.get("spec"), "spec")
     status = _mapping(obj.get("status"), "status")
-    requests_exact = pod_requests(spec)
-    non_zero = pod_requests(spec, missing_defaults=_NON_ZERO_DEFAULTS)
+    requests_exact = pod_requests(spec, status=status)
+    # kube-scheduler's non-zero requests (getNonMissingContainerRequests): with pod-level
+    # requests set, a container's missing cpu or memory is defaulted only where the pod as a
+    # whole has none.
+    if pod_level_requests(spec):
+        defaults = {k: v for k, v in _NON_ZERO_DEFAULTS.items() if k not in requests_exact}
+    else:
+        defaults = _NON_ZERO_DEFAULTS
+    non_zero = (
+        pod_requests(spec, missing_defaults=defaults, status=status) if defaults else requests_exact
+    )
     affinity = _mapping(spec.get("affinity"), "spec.affinity")
     return Pod(
         namespace=namespace,
@@ -570,6 +696,7 @@ def decode_pod(obj: Mapping[str, Any]) -> Pod:
         app_limits=_shared_map({k: _to_int(k, v) for k, v in app_limits(spec).items()}),
         non_zero_cpu=_to_int(CPU, non_zero.get(CPU, Fraction(0))),
         non_zero_memory=_to_int(MEMORY, non_zero.get(MEMORY, Fraction(0))),
+        scheduling_gates=_scheduling_gates(spec.get("schedulingGates")),
         raw=obj,
     )
 
