@@ -14,6 +14,11 @@ A pending pod lives in exactly one of three places:
   after ``unschedulable_timeout`` seconds. A moved pod goes to backoffQ while its backoff
   lasts, else to activeQ.
 
+A pod with scheduling gates (``spec.schedulingGates``) waits in a fourth place, **gated**
+(kube-scheduler's SchedulingGates PreEnqueue: such a pod never enters activeQ, so it is never
+attempted, reported unschedulable or counted as a failure). Only the update that removes its
+last gate moves it to activeQ; no cluster event and no timeout does.
+
 A pod the scheduler has popped and is still working on (scheduling or binding) is in none of
 them; the scheduler hands it back with ``add_unschedulable_if_not_present`` or
 ``requeue_with_backoff``, or drops it when it is bound. kube's *moveRequestCycle* rule covers
@@ -60,6 +65,7 @@ from scheduler.framework.interfaces import Clock, QueuedPodInfo
 ACTIVE = "active"
 BACKOFF = "backoff"
 UNSCHEDULABLE = "unschedulable"
+GATED = "gated"
 
 # Event labels of the incoming-pods metric that are not ClusterEvent names (kube's wording).
 POD_ADD = "PodAdd"
@@ -293,6 +299,7 @@ class SchedulingQueue:
         self._active = _Heap(_key_less if sort_key is not None else self._active_less)
         self._backoff = _Heap(_backoff_less)
         self._unschedulable = _Pool()
+        self._gated: dict[str, QueuedPodInfo] = {}
         self._seq = 0
         self._scheduling_cycle = 0
         self._move_request_cycle = -1
@@ -305,39 +312,50 @@ class SchedulingQueue:
         return self._scheduling_cycle
 
     def __len__(self) -> int:
-        return len(self._active) + len(self._backoff) + len(self._unschedulable)
+        return len(self._active) + len(self._backoff) + len(self._unschedulable) + len(self._gated)
 
     def __contains__(self, key: object) -> bool:
         if not isinstance(key, str):
             return False
-        return key in self._active or key in self._backoff or key in self._unschedulable
+        return (
+            key in self._active
+            or key in self._backoff
+            or key in self._unschedulable
+            or key in self._gated
+        )
 
     def get(self, key: str) -> QueuedPodInfo | None:
         entry = self._active.get(key) or self._backoff.get(key)
         if entry is not None:
             return entry.qpi
-        return self._unschedulable.get(key)
+        return self._unschedulable.get(key) or self._gated.get(key)
 
     def sub_queue_of(self, key: str) -> str | None:
-        """Where ``key`` waits: "active", "backoff" or "unschedulable"; None if not queued."""
+        """Where ``key`` waits: "active", "backoff", "unschedulable" or "gated"; None if not
+        queued."""
         if key in self._active:
             return ACTIVE
         if key in self._backoff:
             return BACKOFF
-        return UNSCHEDULABLE if key in self._unschedulable else None
+        if key in self._unschedulable:
+            return UNSCHEDULABLE
+        return GATED if key in self._gated else None
 
     def pending_counts(self) -> dict[str, int]:
         return {
             ACTIVE: len(self._active),
             BACKOFF: len(self._backoff),
             UNSCHEDULABLE: len(self._unschedulable),
+            GATED: len(self._gated),
         }
 
     def pending_pods(self) -> list[QueuedPodInfo]:
-        """Every queued pod: activeQ (heap order, not sorted), backoffQ, then the pool."""
+        """Every queued pod: activeQ (heap order, not sorted), backoffQ, the pool, then the
+        gated pods."""
         pods = [e.qpi for e in self._active]
         pods.extend(e.qpi for e in self._backoff)
         pods.extend(self._unschedulable.pods())
+        pods.extend(self._gated.values())
         return pods
 
     def next_wakeup(self) -> float | None:
@@ -361,12 +379,18 @@ class SchedulingQueue:
     # -- pods from the informer ------------------------------------------------------------------
 
     def add(self, pod: Pod) -> None:
-        """A new pending pod goes to activeQ; a queued one has its record replaced in place."""
+        """A new pending pod goes to activeQ (gated: to the gated pods); a queued one has its
+        record replaced in place."""
         qpi = self.get(pod.key)
         if qpi is not None:
             self._replace_pod(qpi, pod)
             return
-        self._push_active(QueuedPodInfo(pod=pod, timestamp=self._clock.now()), POD_ADD)
+        qpi = QueuedPodInfo(pod=pod, timestamp=self._clock.now())
+        if pod.scheduling_gates:
+            self._gated[pod.key] = qpi
+            self._incoming(GATED, POD_ADD)
+            return
+        self._push_active(qpi, POD_ADD)
         self._unscheduled_pod_added()
 
     def _unscheduled_pod_added(self) -> None:
@@ -380,6 +404,19 @@ class SchedulingQueue:
         (beyond its resource version) moves to backoffQ, or activeQ when its backoff is over;
         an unknown pod is added to activeQ."""
         key = new.key
+        gated = self._gated.get(key)
+        if gated is not None:
+            gated.pod = new
+            if not new.scheduling_gates:  # the last gate removed: PreEnqueue passes
+                del self._gated[key]
+                self._push_active(gated, POD_UPDATE)
+            return
+        if new.scheduling_gates:
+            # Gates cannot be added to an existing pod (API validation); a record seen gated
+            # for the first time is one the queue did not hold: gated it waits.
+            self.delete(new)
+            self.add(new)
+            return
         qpi = self._unschedulable.get(key)
         if qpi is not None:
             qpi.pod = new
@@ -402,6 +439,8 @@ class SchedulingQueue:
 
     def delete(self, pod: Pod) -> None:
         key = pod.key
+        if self._gated.pop(key, None) is not None:
+            return
         if self._active.remove(key) is None and self._backoff.remove(key) is None:
             self._unschedulable.remove(key)
 

@@ -306,6 +306,7 @@ class SchedulerUnderFaults(RuleBasedStateMachine):
         named: bool = True,
         annotations: Mapping[str, str] | None = None,
         user: UserInfo = ALICE,
+        gates: tuple[str, ...] = (),
     ) -> None:
         """A pod as the API server hands it to admission: requests defaulted to the limits,
         ``schedulerName`` to ``default-scheduler`` when ``named`` is False. kube-scheduler's
@@ -327,7 +328,10 @@ class SchedulerUnderFaults(RuleBasedStateMachine):
             pod.scheduler(OURS if named else KUBE)
         for key, value in (annotations or {}).items():
             pod.annotation(key, value)
-        self._post(pod.obj(), user)
+        obj = pod.obj()
+        if gates:
+            obj["spec"]["schedulingGates"] = [{"name": g} for g in gates]
+        self._post(obj, user)
 
     def _sized(self, size: int) -> dict[str, str]:
         return {GPU_CORE: str(size), GPU_MEMORY_RATIO: str(size)}
@@ -355,6 +359,30 @@ class SchedulerUnderFaults(RuleBasedStateMachine):
         limits, annotations = SHAPES[shape]
         user = SCHEDULER_USER if component else ALICE
         self._create(name, limits, 0, named=named, annotations=annotations, user=user)
+
+    @rule(
+        name=st.sampled_from(NAMES),
+        size=st.sampled_from(SIZES),
+        gates=st.sampled_from([("example.com/quota",), ("example.com/quota", "example.com/a")]),
+    )
+    def create_gated_pod(self, name: str, size: int, gates: tuple[str, ...]) -> None:
+        """A GPU pod with scheduling gates (a queue controller's): never scheduled while one
+        is left."""
+        self._create(name, self._sized(size), 0, gates=gates)
+
+    @rule(name=st.sampled_from(NAMES), every=st.booleans())
+    def remove_a_gate(self, name: str, every: bool) -> None:
+        """Its controller removes one gate, or all of them (the only change to gates the API
+        server allows after creation)."""
+        current = self.truth.pods.get(f"default/{name}")
+        if current is None or not current.scheduling_gates:
+            return
+        new = copy.deepcopy(dict(current.raw))
+        new["spec"]["schedulingGates"] = [] if every else new["spec"]["schedulingGates"][1:]
+        outcome = self.admission.admit("UPDATE", new, ALICE, old=dict(current.raw))
+        if outcome.allowed:
+            assert outcome.obj is not None
+            self.truth.apply_pod(outcome.obj)
 
     @rule(name=st.sampled_from(EXTENDER_NAMES), size=st.sampled_from(SIZES))
     def create_extender_pod(self, name: str, size: int) -> None:
@@ -582,6 +610,11 @@ class SchedulerUnderFaults(RuleBasedStateMachine):
         assert not forged, forged
 
     @invariant()
+    def no_gated_pod_is_bound(self) -> None:
+        bound = [p.key for p in self.truth.pods.values() if p.scheduling_gates and p.node_name]
+        assert not bound, bound
+
+    @invariant()
     def gpu_pods_that_name_no_scheduler_go_to_ours(self) -> None:
         wrong = [
             f"{p.key}: {p.scheduler_name}"
@@ -682,6 +715,12 @@ class SchedulerUnderFaults(RuleBasedStateMachine):
                 bound_uids.add(pod.uid)
                 continue
             size = pod.requests.get(GPU_CORE, 0)
+            if pod.scheduling_gates:
+                # Gated: never attempted, so never reported; it waits in the queue's gated set.
+                assert pod.key not in sched.failures, f"{pod.key}: gated, yet attempted"
+                if pod.scheduler_name == OURS:
+                    assert sched.queue.sub_queue_of(pod.key) == "gated", pod.key
+                continue
             if pod.scheduler_name == OURS:
                 assert pod.key in sched.failures, f"{pod.key} ({pod.uid}): not bound nor reported"
             if pod.uid in self.refused_requests or pod.requests.get(GPU_MEMORY_RATIO) != size:

@@ -176,7 +176,7 @@ def test_flush_moves_only_completed_backoffs() -> None:
     seen.clear()
     clock.set(2.5)
     q.flush()
-    assert q.pending_counts() == {"active": 2, "backoff": 1, "unschedulable": 0}
+    assert q.pending_counts() == {"active": 2, "backoff": 1, "unschedulable": 0, "gated": 0}
     assert sorted(pop_all(q)) == ["a", "b"]
     assert seen == [("active", "BackoffComplete")] * 2
     assert q.next_wakeup() == 4.0
@@ -193,7 +193,7 @@ def test_unschedulable_pool_flushed_after_timeout() -> None:
     qpi = q.pop()
     assert qpi is not None
     fail(q, qpi, "A")
-    assert q.pending_counts() == {"active": 0, "backoff": 0, "unschedulable": 1}
+    assert q.pending_counts() == {"active": 0, "backoff": 0, "unschedulable": 1, "gated": 0}
     assert q.next_wakeup() == 300.0
     clock.set(299.9)
     q.flush()
@@ -309,7 +309,7 @@ def test_move_keeps_pool_order() -> None:
     clock.advance(5)
     q.move_all_to_active_or_backoff(ClusterEvent(Resource.NODE, Action.ALL))
     assert pop_all(q) == ["a", "c", "d", "e"]  # timestamps tie-break in pool order
-    assert q.pending_counts() == {"active": 0, "backoff": 0, "unschedulable": 1}
+    assert q.pending_counts() == {"active": 0, "backoff": 0, "unschedulable": 1, "gated": 0}
 
 
 @pytest.mark.parametrize(
@@ -409,7 +409,7 @@ def test_add_unschedulable_if_present_is_a_no_op() -> None:
     qpi.unschedulable_plugins.add("A")
     assert not q.add_unschedulable_if_not_present(qpi, q.scheduling_cycle)
     assert not q.requeue_with_backoff(qpi)
-    assert q.pending_counts() == {"active": 1, "backoff": 0, "unschedulable": 0}
+    assert q.pending_counts() == {"active": 1, "backoff": 0, "unschedulable": 0, "gated": 0}
 
 
 def test_requeue_with_backoff() -> None:
@@ -506,7 +506,7 @@ def test_counts_len_contains_pending() -> None:
     for name, queue in [("a", "active"), ("b", "backoff"), ("c", "unschedulable")]:
         _put(q, clock, make_pod(name, priority=10), queue)
     q.add(make_pod("d"))
-    assert q.pending_counts() == {"active": 2, "backoff": 1, "unschedulable": 1}
+    assert q.pending_counts() == {"active": 2, "backoff": 1, "unschedulable": 1, "gated": 0}
     assert len(q) == 4
     assert "ns/c" in q and "ns/zz" not in q and 3 not in q
     assert sorted(p.pod.name for p in q.pending_pods()) == ["a", "b", "c", "d"]
@@ -596,3 +596,60 @@ def test_a_sort_key_pops_in_exactly_the_order_of_less(
             popped.append(qpi.key)
         orders.append(popped)
     assert orders[0] == orders[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Scheduling gates (kube-scheduler's SchedulingGates PreEnqueue)
+
+GATES = [{"name": "example.com/quota"}, {"name": "example.com/image"}]
+
+
+def test_a_gated_pod_is_never_popped_moved_or_timed_out() -> None:
+    clock = FakeClock()
+    q, seen = make_queue(clock, {NODE_ADD: frozenset({"NodeResourcesFit"})})
+    q.add(make_pod("gated", schedulingGates=GATES))
+    q.add(make_pod("free"))
+    assert where(q, "ns/gated") == "gated"
+    assert q.pending_counts() == {"active": 1, "backoff": 0, "unschedulable": 0, "gated": 1}
+    assert ("gated", "PodAdd") in seen
+    assert pop_all(q) == ["free"]
+    q.move_all_to_active_or_backoff(NODE_ADD)
+    clock.advance(10_000)  # far past the unschedulable timeout
+    q.flush()
+    assert q.pop() is None
+    assert where(q, "ns/gated") == "gated" and len(q) == 1 and "ns/gated" in q
+
+
+def test_removing_the_last_gate_queues_the_pod() -> None:
+    clock = FakeClock()
+    q, seen = make_queue(clock)
+    two = make_pod("p", schedulingGates=GATES)
+    one = make_pod("p", schedulingGates=GATES[1:])
+    none = make_pod("p")
+    q.add(two)
+    q.update(two, one)
+    assert where(q, "ns/p") == "gated"
+    assert q.get("ns/p") is not None and q.get("ns/p").pod is one  # type: ignore[union-attr]
+    q.update(one, none)
+    assert where(q, "ns/p") == "active"
+    assert seen[-1] == ("active", "PodUpdate")
+    qpi = q.pop()
+    assert qpi is not None and qpi.pod is none and qpi.attempts == 1
+
+
+def test_a_gated_pod_deleted_leaves_the_queue() -> None:
+    q, _ = make_queue(FakeClock())
+    pod = make_pod("p", schedulingGates=GATES)
+    q.add(pod)
+    q.delete(pod)
+    assert len(q) == 0 and q.sub_queue_of("ns/p") is None and q.pending_pods() == []
+
+
+def test_a_gated_record_of_a_queued_pod_takes_it_out_of_activeq() -> None:
+    """A record that arrives gated for a pod queued ungated (the queue missed the create, a
+    relist) follows the record: the API server's word wins."""
+    q, _ = make_queue(FakeClock())
+    free = make_pod("p")
+    q.add(free)
+    q.update(free, make_pod("p", schedulingGates=GATES))
+    assert where(q, "ns/p") == "gated" and q.pop() is None
