@@ -50,7 +50,26 @@ from typing import Any
 
 from tests.ports import free_port as _free_port
 
-__all__ = ["ApiServer", "ApiServerError"]
+__all__ = ["KUBE_VERSIONS", "NEWEST", "V120", "V137", "ApiServer", "ApiServerError", "KubeBinaries"]
+
+# The control planes of the e2e matrix, oldest first: v1.20.2 from Debian's source
+# (hack/kube-apiserver.sh), v1.37.2 from Go modules (hack/kube-1.37.sh).
+V120 = "v1.20.2"
+V137 = "v1.37.2"
+KUBE_VERSIONS = (V120, V137)
+NEWEST = KUBE_VERSIONS[-1]
+
+
+class KubeBinaries(tuple[str, str]):
+    """(kube-apiserver path, etcd path) with the control plane's ``version``: unpacks into
+    ``ApiServer(*binaries)`` as the plain pair did."""
+
+    version: str
+
+    def __new__(cls, apiserver_bin: str, etcd_bin: str, version: str) -> KubeBinaries:
+        self = super().__new__(cls, (apiserver_bin, etcd_bin))
+        self.version = version
+        return self
 
 ADMIN_USER = "koord-admin"
 PLAIN_USER = "koord-user"
@@ -163,7 +182,7 @@ class ApiServer:
         authorization_mode: str = "AlwaysAllow",
         extra_users: Mapping[str, Sequence[str]] | None = None,
         extra_args: Iterable[str] = (),
-        startup_timeout: float = 60.0,
+        startup_timeout: float = 120.0,  # a cold v1.37 server on two busy cores
         keep_dir: bool | None = None,
         audit_policy: Mapping[str, Any] | None = None,
     ) -> None:

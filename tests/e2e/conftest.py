@@ -11,7 +11,12 @@ The current control plane (kube-apiserver, kube-controller-manager, kube-schedul
 etcd v3.7.3) comes from ``hack/kube-1.37.sh --cached-only``: it is built by ``make kube-1.37``,
 never by a test run (a cold build takes most of an hour). Not built: skip, or FAIL under ``CI``.
 
-Fixtures: ``kube_binaries`` (session), ``kube137_binaries`` (session, dict of the v1.37.2
+The version matrix: ``kube_version`` is a session fixture parametrized over
+``selected_versions()`` (both versions unless env ``KOORD_KUBE_VERSIONS`` narrows it), and
+``kube_binaries`` gives that version's binaries, so every test that starts an API server runs
+on v1.20.2 and on v1.37.2, its id suffixed ``[k8s-v1.20.2]`` / ``[k8s-v1.37.2]``.
+
+Fixtures: ``kube_version`` and ``kube_binaries`` (session), ``kube137_binaries`` (session, dict of the v1.37.2
 binaries by their script key), ``apiserver`` (session, AlwaysAllow),
 ``rbac_apiserver`` (session, RBAC, started only when requested), ``make_apiserver``
 (function-scoped factory; servers are stopped at the end of the test), ``kube_client``
@@ -32,10 +37,10 @@ from typing import Any
 import pytest
 
 try:  # tests/e2e as a package
-    from .apiserver import ApiServer
+    from .apiserver import KUBE_VERSIONS, V120, V137, ApiServer, KubeBinaries
 except ImportError:  # rootdir-relative "prepend" import (no __init__.py) or importlib mode
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from apiserver import ApiServer
+    from apiserver import KUBE_VERSIONS, V120, V137, ApiServer, KubeBinaries
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "hack" / "kube-apiserver.sh"
@@ -59,11 +64,8 @@ def _unavailable(reason: str) -> None:
     pytest.skip(msg)
 
 
-@pytest.fixture(scope="session")
-def kube_binaries(request: pytest.FixtureRequest) -> tuple[str, str]:
-    """(kube-apiserver path, etcd path), provided by hack/kube-apiserver.sh."""
-    if os.environ.get("KOORD_SKIP_E2E") == "1":
-        pytest.skip("KOORD_SKIP_E2E=1: real-API-server tier disabled")
+def _binaries_120(request: pytest.FixtureRequest) -> KubeBinaries:
+    """v1.20.2's (kube-apiserver, etcd) from hack/kube-apiserver.sh (builds on first use)."""
     if not SCRIPT.is_file():
         _unavailable(f"{SCRIPT} missing")
     capman = request.config.pluginmanager.getplugin("capturemanager")
@@ -97,7 +99,7 @@ def kube_binaries(request: pytest.FixtureRequest) -> tuple[str, str]:
         _unavailable((errors or list(tail) or [f"{SCRIPT.name} exited with {rc}"])[-1])
     values = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
     try:
-        return values["KUBE_APISERVER_BIN"], values["ETCD_BIN"]
+        return KubeBinaries(values["KUBE_APISERVER_BIN"], values["ETCD_BIN"], V120)
     except KeyError:
         _unavailable(f"{SCRIPT.name} printed no binary paths: {out!r}")
         raise  # unreachable
@@ -111,12 +113,9 @@ KUBE_137_KEYS = (
 )
 
 
-@pytest.fixture(scope="session")
-def kube137_binaries() -> dict[str, str]:
+def _binaries_137() -> dict[str, str]:
     """The v1.37.2 control plane's binaries (keys: ``KUBE_137_KEYS``) from the cache of
-    ``hack/kube-1.37.sh``; never builds. Not built: skip, or FAIL under CI."""
-    if os.environ.get("KOORD_SKIP_E2E") == "1":
-        pytest.skip("KOORD_SKIP_E2E=1: real-API-server tier disabled")
+    ``hack/kube-1.37.sh``; never builds (``make test`` builds it first)."""
     script = REPO_ROOT / "hack" / "kube-1.37.sh"
     try:
         proc = subprocess.run(
@@ -136,6 +135,58 @@ def kube137_binaries() -> dict[str, str]:
     if missing:
         _unavailable(f"{script.name} printed no {', '.join(missing)}: {proc.stdout!r}")
     return {k: values[k] for k in KUBE_137_KEYS}
+
+
+@pytest.fixture(scope="session")
+def kube137_binaries() -> dict[str, str]:
+    """The v1.37.2 control plane's binaries (keys: ``KUBE_137_KEYS``). Not built: skip, or
+    FAIL under CI."""
+    _skip_if_disabled()
+    return _binaries_137()
+
+
+def _skip_if_disabled() -> None:
+    if os.environ.get("KOORD_SKIP_E2E") == "1":
+        pytest.skip("KOORD_SKIP_E2E=1: real-API-server tier disabled")
+
+
+def selected_versions() -> list[str]:
+    """The control-plane versions of the matrix: env ``KOORD_KUBE_VERSIONS`` (comma-separated,
+    e.g. ``1.37`` or ``v1.20.2,v1.37.2``), else every version in ``KUBE_VERSIONS``."""
+    raw = os.environ.get("KOORD_KUBE_VERSIONS", "").strip()
+    if not raw:
+        return list(KUBE_VERSIONS)
+    chosen: list[str] = []
+    for word in (w.strip() for w in raw.split(",") if w.strip()):
+        match = [v for v in KUBE_VERSIONS if v == word or v.startswith("v" + word.lstrip("v") + ".")]
+        if not match:
+            raise pytest.UsageError(
+                f"KOORD_KUBE_VERSIONS: unknown version {word!r} (known: {', '.join(KUBE_VERSIONS)})"
+            )
+        chosen.extend(m for m in match if m not in chosen)
+    return chosen
+
+
+@pytest.fixture(scope="session", params=selected_versions(), ids=lambda v: f"k8s-{v}")
+def kube_version(request: pytest.FixtureRequest) -> str:
+    """The control plane's version under test: every e2e test that starts an API server runs
+    once per version of the matrix (``selected_versions()``). A test pins one with
+    ``@pytest.mark.parametrize("kube_version", [NEWEST], indirect=True)``."""
+    version: str = request.param
+    return version
+
+
+@pytest.fixture(scope="session")
+def kube_binaries(request: pytest.FixtureRequest, kube_version: str) -> KubeBinaries:
+    """(kube-apiserver path, etcd path) of ``kube_version``, with ``.version``: v1.20.2 from
+    hack/kube-apiserver.sh (built on first use), v1.37.2 from hack/kube-1.37.sh's cache."""
+    _skip_if_disabled()
+    if kube_version == V120:
+        return _binaries_120(request)
+    if kube_version == V137:
+        bins = _binaries_137()
+        return KubeBinaries(bins["KUBE_APISERVER_BIN"], bins["ETCD_BIN"], V137)
+    raise AssertionError(f"no binaries for {kube_version}")  # KUBE_VERSIONS and this agree
 
 
 @pytest.fixture(scope="session")
@@ -188,9 +239,12 @@ def kube_client(apiserver: ApiServer) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def kube_scheduler_bin(kube_binaries: tuple[str, str]) -> str:
-    """Go kube-scheduler v1.20.2 from hack/kube-scheduler.sh (same source tree as the API
-    server; built on first use, cached). Unavailable: skip, or FAIL under CI."""
+def kube_scheduler_bin(kube_binaries: KubeBinaries) -> str:
+    """Go kube-scheduler of the control plane's version: v1.20.2 from hack/kube-scheduler.sh
+    (same source tree as the API server; built on first use, cached), v1.37.2 from
+    hack/kube-1.37.sh's cache. Unavailable: skip, or FAIL under CI."""
+    if kube_binaries.version == V137:
+        return _binaries_137()["KUBE_SCHEDULER_BIN"]
     script = REPO_ROOT / "hack" / "kube-scheduler.sh"
     try:
         proc = subprocess.run(

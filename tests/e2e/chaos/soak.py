@@ -44,10 +44,14 @@ def _seeds(args: argparse.Namespace) -> list[int]:
     return [draw.randrange(1 << 31) for _ in range(args.n)]
 
 
-def _run(seed: int, pytest: str, log_dir: Path) -> tuple[dict[str, Any], str, float]:
+def _run(
+    seed: int, pytest: str, log_dir: Path, kube_version: str
+) -> tuple[dict[str, Any], str, float]:
     report = log_dir / f"seed-{seed}.json"
     log = log_dir / f"seed-{seed}.log"
     env = dict(os.environ, CHAOS_SEED=str(seed), CHAOS_REPORT=str(report))
+    if kube_version:
+        env["CHAOS_KUBE_VERSION"] = kube_version
     start = time.monotonic()
     with log.open("w") as out:
         code = subprocess.call(
@@ -71,6 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", type=int, default=50, help="random seeds to run (default 50)")
     parser.add_argument("--seeds", default="", help="comma-separated seeds to replay instead")
     parser.add_argument("--out", default="chaos-soak.md", help="Markdown table written here")
+    parser.add_argument(
+        "--kube-version",
+        default="",
+        help="control plane to run on, e.g. 1.20 or 1.37 (default: the newest of the e2e matrix)",
+    )
     parser.add_argument("--pytest", default=str(Path(sys.executable).with_name("pytest")))
     args = parser.parse_args(argv)
     seeds = _seeds(args)
@@ -78,11 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     header = [name for name, _ in COLUMNS] + ["wall s", "result"]
     rows: list[list[str]] = []
     out = Path(args.out)
-    print(f"chaos soak: {len(seeds)} seeds, logs and reports in {log_dir}", flush=True)
+    plane = args.kube_version or "the newest control plane"
+    print(f"chaos soak: {len(seeds)} seeds on {plane}, logs and reports in {log_dir}", flush=True)
     print(" | ".join(header), flush=True)
     failures = 0
     for seed in seeds:
-        figures, result, wall = _run(seed, args.pytest, log_dir)
+        figures, result, wall = _run(seed, args.pytest, log_dir, args.kube_version)
         failures += result != "passed"
         row = [str(figures.get(key, "-")) for _, key in COLUMNS] + [f"{wall:.0f}", result]
         rows.append(row)
