@@ -3,11 +3,19 @@
 Role: client-go's event broadcaster + correlator, sized for a scheduler. ``record()`` never
 blocks and never does I/O: it folds the event into an ``EventAggregator`` entry keyed by
 (pod, type, reason, message). A writer thread drains the aggregator: the first occurrence of a
-key is a ``POST`` of a core/v1 Event with ``count``; later occurrences within the window are a
-``PATCH`` of ``count`` and ``lastTimestamp`` on that Event. Every write takes a token from one
-global bucket (``--event-qps``/``--event-burst``), so a thousand pending pods failing every
-ten seconds cost at most that many writes per second; occurrences waiting for a token fold
-into one write.
+key is a ``POST`` of an Event; later occurrences within the window are a ``PATCH`` of its
+count on that Event.
+
+The API is the one kube-scheduler writes, found by discovery before the first write:
+``events.k8s.io/v1`` where served (GA since 1.19: every supported server), written as
+client-go's events library does (``eventTime``, ``reportingController``/``reportingInstance``,
+``action``, ``regarding``, ``note``; repeats as ``series.count``/``lastObservedTime``); else
+core/v1 (``involvedObject``, ``count``, ``lastTimestamp``, ``source``). Both read back the same
+through either API (``kubectl get events``, ``kubectl describe pod``).
+
+Every write takes a token from one global bucket (``--event-qps``/``--event-burst``), so a
+thousand pending pods failing every ten seconds cost at most that many writes per second;
+occurrences waiting for a token fold into one write.
 
 Invariants (``EventAggregator``, pure, clock injected):
 
@@ -24,6 +32,7 @@ Invariants (``EventAggregator``, pure, clock injected):
 from __future__ import annotations
 
 import collections
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -41,11 +50,30 @@ __all__ = ["EventAggregator", "EventEntry", "EventKey", "EventRecorder", "rfc333
 log = structlog.get_logger("koord-scheduler.events")
 
 MAX_MESSAGE = 1024
+EVENTS_V1 = "events.k8s.io/v1"
+CORE_V1 = "v1"
+# The events library's limits (core validation: ReportingInstanceLengthLimit, ActionLengthLimit).
+MAX_REPORTING_INSTANCE = 128
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]$")
+# kube-scheduler's actions (pkg/scheduler: "Binding" for Scheduled, "Scheduling" for
+# FailedScheduling, "Preempting" for Preempted), by reason; anything else is "Scheduling".
+_ACTIONS = {"Scheduled": "Binding", "Preempted": "Preempting"}
 
 
 def rfc3339(moment: datetime) -> str:
     """Kubernetes' ``metav1.Time`` text: seconds precision, UTC, ``Z``."""
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def micro_time(moment: datetime) -> str:
+    """Kubernetes' ``metav1.MicroTime`` text: microseconds, UTC, ``Z``."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def reporting_controller(component: str) -> str:
+    """``component`` (the pod's scheduler name) when it is a qualified name, as
+    events.k8s.io/v1 requires of ``reportingController``; else ``koord-scheduler``."""
+    return component if _QUALIFIED_NAME.match(component) else "koord-scheduler"
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +191,9 @@ class EventAggregator:
 
 
 class EventRecorder:
-    """Writes the aggregator's entries as core/v1 Events from one background thread."""
+    """Writes the aggregator's entries as Events from one background thread (``api``: the
+    Events API to write, ``EVENTS_V1`` or ``CORE_V1``; None: discovered before the first
+    write)."""
 
     def __init__(
         self,
@@ -174,7 +204,11 @@ class EventRecorder:
         host: str = "",
         aggregator: EventAggregator | None = None,
         wall: Callable[[], datetime] = lambda: datetime.now(UTC),
+        api: str | None = None,
     ) -> None:
+        if api not in (None, EVENTS_V1, CORE_V1):
+            raise ValueError(f"api must be {EVENTS_V1!r} or {CORE_V1!r}, got {api!r}")
+        self._api = api
         self._rest = rest
         self._bucket = TokenBucket(qps, burst)
         self._host = host
@@ -189,6 +223,25 @@ class EventRecorder:
     @property
     def aggregator(self) -> EventAggregator:
         return self._agg
+
+    @property
+    def api(self) -> str | None:
+        """The Events API written to (None until discovered)."""
+        return self._api
+
+    def _discover(self) -> str:
+        """``events.k8s.io/v1`` when the server serves it, else core/v1 (a 404 on the group
+        version's discovery document); any other failure raises and is retried next write."""
+        if self._api is None:
+            try:
+                self._rest.request("GET", f"/apis/{EVENTS_V1}")
+                self._api = EVENTS_V1
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                self._api = CORE_V1
+            log.info("events API", api=self._api)
+        return self._api
 
     def record(self, pod: Pod, event_type: str, reason: str, message: str) -> None:
         """Queue one occurrence (thread-safe, no I/O)."""
@@ -268,6 +321,8 @@ class EventRecorder:
     def _write(
         self, entry: EventEntry, count: int, first: datetime, last: datetime, name: str
     ) -> str:
+        if self._discover() == EVENTS_V1:
+            return self._write_v1(entry, count, first, last, name)
         key = entry.key
         base = f"/api/v1/namespaces/{path_segment(key.namespace)}/events"
         if name:
@@ -300,5 +355,51 @@ class EventRecorder:
             "lastTimestamp": rfc3339(last),
             "source": {"component": key.component, **({"host": self._host} if self._host else {})},
         }
+        self._rest.request("POST", base, body=event)
+        return name
+
+    def _write_v1(
+        self, entry: EventEntry, count: int, first: datetime, last: datetime, name: str
+    ) -> str:
+        """An ``events.k8s.io/v1`` Event: a repeat patches its series (count >= 2)."""
+        key = entry.key
+        base = f"/apis/{EVENTS_V1}/namespaces/{path_segment(key.namespace)}/events"
+        series = {"count": count, "lastObservedTime": micro_time(last)}
+        if name:
+            try:
+                self._rest.request(
+                    "PATCH",
+                    f"{base}/{path_segment(name)}",
+                    body={"series": series},
+                    content_type=MERGE_PATCH,
+                )
+                return name
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+        name = f"{key.name}.{time.time_ns():x}"
+        controller = reporting_controller(key.component)
+        instance = f"{controller}-{self._host}" if self._host else controller
+        event: dict[str, object] = {
+            "apiVersion": EVENTS_V1,
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": key.namespace},
+            "eventTime": micro_time(first),
+            "reportingController": controller,
+            "reportingInstance": instance[:MAX_REPORTING_INSTANCE],
+            "action": _ACTIONS.get(key.reason, "Scheduling"),
+            "reason": key.reason,
+            "regarding": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "namespace": key.namespace,
+                "name": key.name,
+                "uid": key.uid,
+            },
+            "note": key.message,
+            "type": key.type,
+        }
+        if count > 1:
+            event["series"] = series
         self._rest.request("POST", base, body=event)
         return name

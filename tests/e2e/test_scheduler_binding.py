@@ -120,7 +120,10 @@ def test_binds_with_device_annotation_event_and_condition(env: Env) -> None:
         event = events[name]
         assert event["type"] == "Normal"
         assert event["message"] == f"Successfully assigned {env.ns}/{name} to {node}"
-        assert event["source"]["component"] == env.scheduler
+        # Written as events.k8s.io/v1 (as kube-scheduler does); the core view names the
+        # reporting controller reportingComponent.
+        assert event["reportingComponent"] == env.scheduler
+        assert event["action"] == "Binding"
         assert event["involvedObject"]["uid"] == env.pod(name)["metadata"]["uid"]
 
     bound = [line for line in env.proc.events_named("bound") if line["pod"].startswith(env.ns)]

@@ -8,7 +8,15 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from apis.core import Pod
-from scheduler.kube.events import EventAggregator, EventKey, EventRecorder, rfc3339
+from scheduler.kube.events import (
+    CORE_V1,
+    EVENTS_V1,
+    EventAggregator,
+    EventKey,
+    EventRecorder,
+    micro_time,
+    rfc3339,
+)
 from scheduler.kube.rest import RestClient
 from tests.fakes import FakeClock
 from tests.unit.kube.kube_fakes import FakeTransport, json_response, status_response
@@ -120,7 +128,7 @@ def wait_for(cond: object, timeout: float = 5.0) -> None:
 def test_recorder_posts_then_patches_the_count() -> None:
     t = FakeTransport()
     t.on("POST", "/api/v1/namespaces/ns/events", json_response({}, 201))
-    recorder = EventRecorder(RestClient(t), qps=0, burst=1, host="me", wall=lambda: T0)
+    recorder = EventRecorder(RestClient(t), api=CORE_V1, qps=0, burst=1, host="me", wall=lambda: T0)
     recorder.start()
     try:
         recorder.record(pod(), "Warning", "FailedScheduling", "no fit")
@@ -159,7 +167,7 @@ def test_recorder_posts_then_patches_the_count() -> None:
 def test_recorder_recreates_an_event_that_expired() -> None:
     t = FakeTransport()
     t.on("POST", "/api/v1/namespaces/ns/events", json_response({}, 201))
-    recorder = EventRecorder(RestClient(t), qps=0, burst=1)
+    recorder = EventRecorder(RestClient(t), api=CORE_V1, qps=0, burst=1)
     recorder.start()
     try:
         recorder.record(pod(), "Normal", "Scheduled", "ok")
@@ -181,7 +189,7 @@ def test_recorder_recreates_an_event_that_expired() -> None:
 def test_recorder_survives_write_errors() -> None:
     t = FakeTransport()
     t.on("POST", "/api/v1/namespaces/ns/events", status_response(403, "Forbidden", "no"))
-    recorder = EventRecorder(RestClient(t), qps=0, burst=1)
+    recorder = EventRecorder(RestClient(t), api=CORE_V1, qps=0, burst=1)
     recorder.start()
     try:
         recorder.record(pod("a"), "Normal", "Scheduled", "ok")
@@ -195,7 +203,7 @@ def test_recorder_survives_write_errors() -> None:
 def test_recorder_is_rate_limited_and_folds_what_waits() -> None:
     t = FakeTransport()
     t.on("POST", "/api/v1/namespaces/ns/events", json_response({}, 201))
-    recorder = EventRecorder(RestClient(t), qps=5, burst=2)
+    recorder = EventRecorder(RestClient(t), api=CORE_V1, qps=5, burst=2)
     started = time.monotonic()
     for name in ("a", "b", "c", "d"):
         recorder.record(pod(name), "Warning", "FailedScheduling", "no fit")
@@ -213,7 +221,7 @@ def test_recorder_is_rate_limited_and_folds_what_waits() -> None:
 def test_long_messages_are_truncated(length: int) -> None:
     agg = aggregator(FakeClock())
     t = FakeTransport()
-    recorder = EventRecorder(RestClient(t), aggregator=agg)
+    recorder = EventRecorder(RestClient(t), api=CORE_V1, aggregator=agg)
     recorder.record(pod(), "Warning", "FailedScheduling", "x" * length)
     entry = agg.next_dirty()
     assert entry is not None and len(entry.key.message) == min(length, 1024)
@@ -222,7 +230,7 @@ def test_long_messages_are_truncated(length: int) -> None:
 def test_occurrences_waiting_for_a_token_fold_into_one_write() -> None:
     t = FakeTransport()
     t.on("POST", "/api/v1/namespaces/ns/events", json_response({}, 201))
-    recorder = EventRecorder(RestClient(t), qps=4, burst=1)
+    recorder = EventRecorder(RestClient(t), api=CORE_V1, qps=4, burst=1)
     recorder.start()
     try:
         recorder.record(pod(), "Warning", "FailedScheduling", "no fit")
@@ -251,5 +259,138 @@ def test_cap_evicts_a_written_entry_before_dropping_a_new_key() -> None:
     agg.add(key("c"))
     assert agg.dropped == 0 and len(agg) == 2
     assert {e.key for e in (agg.next_dirty(), agg.next_dirty()) if e is not None} == {
-        key("b"), key("c")
+        key("b"),
+        key("c"),
     }
+
+
+# -- events.k8s.io/v1 -------------------------------------------------------------------------
+
+V1_BASE = "/apis/events.k8s.io/v1/namespaces/ns/events"
+
+
+def test_discovery_picks_events_v1_and_writes_it_as_kube_scheduler_does() -> None:
+    t = FakeTransport()
+    t.on("GET", "/apis/events.k8s.io/v1", json_response({"kind": "APIResourceList"}))
+    t.on("POST", V1_BASE, json_response({}, 201))
+    recorder = EventRecorder(RestClient(t), qps=0, burst=1, host="me", wall=lambda: T0)
+    recorder.start()
+    try:
+        recorder.record(pod(), "Normal", "Scheduled", "Successfully assigned ns/p to n1")
+        recorder.record(pod("q"), "Warning", "FailedScheduling", "no fit")
+        assert recorder.flush()
+        assert recorder.api == EVENTS_V1
+        assert not t.sent("POST", "/api/v1/namespaces/ns/events")
+        scheduled, failed = (r.body for r in t.sent("POST", V1_BASE))
+        assert scheduled["apiVersion"] == EVENTS_V1 and scheduled["kind"] == "Event"
+        assert scheduled["regarding"] == {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "namespace": "ns",
+            "name": "p",
+            "uid": "uid-p",
+        }
+        assert (scheduled["type"], scheduled["reason"], scheduled["action"]) == (
+            "Normal",
+            "Scheduled",
+            "Binding",
+        )
+        assert scheduled["note"] == "Successfully assigned ns/p to n1"
+        assert scheduled["reportingController"] == "koord-scheduler"
+        assert scheduled["reportingInstance"] == "koord-scheduler-me"
+        assert scheduled["eventTime"] == micro_time(T0) and micro_time(T0).endswith(".000000Z")
+        # The v1 validation refuses the core fields: none is sent, nor a one-count series.
+        for absent in ("count", "source", "firstTimestamp", "lastTimestamp", "series"):
+            assert absent not in scheduled
+        assert failed["action"] == "Scheduling"
+        assert len(t.sent("GET", "/apis/events.k8s.io/v1")) == 1  # discovered once
+    finally:
+        recorder.stop()
+
+
+def test_a_repeat_patches_the_series() -> None:
+    t = FakeTransport()
+    t.on("GET", "/apis/events.k8s.io/v1", json_response({}))
+    t.on("POST", V1_BASE, json_response({}, 201))
+    recorder = EventRecorder(RestClient(t), qps=0, burst=1, wall=lambda: T0)
+    recorder.start()
+    try:
+        recorder.record(pod(), "Warning", "FailedScheduling", "no fit")
+        assert recorder.flush()
+        (post,) = t.sent("POST", V1_BASE)
+        name = post.body["metadata"]["name"]
+        t.on("PATCH", f"{V1_BASE}/{name}", json_response({}))
+        recorder.record(pod(), "Warning", "FailedScheduling", "no fit")
+        recorder.record(pod(), "Warning", "FailedScheduling", "no fit")
+        assert recorder.flush()
+        patch = t.sent("PATCH", f"{V1_BASE}/{name}")[-1]
+        assert patch.body == {"series": {"count": 3, "lastObservedTime": micro_time(T0)}}
+        assert patch.headers["Content-Type"] == "application/merge-patch+json"
+    finally:
+        recorder.stop()
+
+
+def test_a_server_without_events_v1_gets_core_events() -> None:
+    t = FakeTransport()
+    t.on(
+        "GET",
+        "/apis/events.k8s.io/v1",
+        status_response(404, "NotFound", "the server could not find the requested resource"),
+    )
+    t.on("POST", "/api/v1/namespaces/ns/events", json_response({}, 201))
+    recorder = EventRecorder(RestClient(t), qps=0, burst=1)
+    recorder.start()
+    try:
+        recorder.record(pod(), "Warning", "FailedScheduling", "no fit")
+        assert recorder.flush()
+        assert recorder.api == CORE_V1
+        (post,) = t.sent("POST", "/api/v1/namespaces/ns/events")
+        assert post.body["involvedObject"]["name"] == "p" and post.body["count"] == 1
+    finally:
+        recorder.stop()
+
+
+def test_a_failed_discovery_is_retried_and_loses_no_event() -> None:
+    """The discovery GET fails (500): the write counts as failed, the entry stays, and the
+    next occurrence discovers again and is written."""
+    t = FakeTransport()
+    t.on(
+        "GET",
+        "/apis/events.k8s.io/v1",
+        status_response(500, "InternalError", "etcdserver: request timed out"),
+        json_response({}),
+    )
+    t.on("POST", V1_BASE, json_response({}, 201))
+    recorder = EventRecorder(RestClient(t), qps=0, burst=1)
+    recorder.start()
+    try:
+        recorder.record(pod(), "Warning", "FailedScheduling", "no fit")
+        assert recorder.flush()
+        assert recorder.api is None and recorder.errors == 1
+        recorder.record(pod(), "Warning", "FailedScheduling", "no fit")
+        assert recorder.flush()
+        assert recorder.api == EVENTS_V1
+        (post,) = t.sent("POST", V1_BASE)
+        assert post.body["series"]["count"] == 2
+    finally:
+        recorder.stop()
+
+
+@pytest.mark.parametrize(
+    ("component", "controller"),
+    [
+        ("koord-scheduler", "koord-scheduler"),
+        ("gpu.example.com", "gpu.example.com"),
+        ("x" * 64, "koord-scheduler"),  # too long for a qualified name
+        ("bad name", "koord-scheduler"),
+    ],
+)
+def test_reporting_controller_is_always_a_qualified_name(component: str, controller: str) -> None:
+    from scheduler.kube.events import reporting_controller
+
+    assert reporting_controller(component) == controller
+
+
+def test_an_unknown_api_is_refused() -> None:
+    with pytest.raises(ValueError, match="api must be"):
+        EventRecorder(RestClient(FakeTransport()), api="events.k8s.io/v1beta1")

@@ -120,6 +120,8 @@ def test_cluster_role_is_least_privilege() -> None:
         ("", "pods/binding", "create"),
         ("", "pods/status", "patch"),
         ("", "events", "create"), ("", "events", "patch"),
+        # events.k8s.io/v1, as kube-scheduler writes them (core/v1 where not served)
+        ("events.k8s.io", "events", "create"), ("events.k8s.io", "events", "patch"),
         (GROUP, PLURAL, "get"), (GROUP, PLURAL, "list"), (GROUP, PLURAL, "watch"),
         # the secure port's delegated authentication and authorization
         ("authentication.k8s.io", "tokenreviews", "create"),
@@ -248,3 +250,14 @@ def test_prometheus_may_get_metrics_and_nothing_else() -> None:
         "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
         "name": role["metadata"]["name"],
     }  # fmt: skip
+
+
+def test_the_kube_scheduler_snippets_differ_only_in_their_api_version() -> None:
+    """One extender entry shipped under two API versions (v1 for kube-scheduler v1.25+,
+    v1beta1 for v1.20-v1.22): a change to one must be made to the other."""
+    here = ROOT / "config/overlays/extender"
+    current = yaml.safe_load((here / "kube-scheduler-config.yaml").read_text())
+    legacy = yaml.safe_load((here / "kube-scheduler-config-v1beta1.yaml").read_text())
+    assert current.pop("apiVersion") == "kubescheduler.config.k8s.io/v1"
+    assert legacy.pop("apiVersion") == "kubescheduler.config.k8s.io/v1beta1"
+    assert current == legacy
