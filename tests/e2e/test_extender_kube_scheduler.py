@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from apiserver import V120, KubeBinaries
 from test_scheduler_harness import (
     ALLOCATED,
     DEVICES,
@@ -44,15 +45,21 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.e2e
 
 GPU_MEM = "aliyun.com/gpu-mem"
+# The snippets we ship for kube-scheduler: kubescheduler.config.k8s.io/v1 (v1.25 and later),
+# and v1beta1 for v1.20-v1.22.
 SNIPPET = REPO_ROOT / "config" / "overlays" / "extender" / "kube-scheduler-config.yaml"
+SNIPPET_V1BETA1 = SNIPPET.with_name("kube-scheduler-config-v1beta1.yaml")
 CARDS = {"gs-a": [16, 16], "gs-b": [24, 8]}  # GiB per card: heterogeneous on purpose
 BURST_NODES = {"gs-c": [40, 40]}  # more room for the burst, so the restart lands mid-way
 PLACED_BEFORE = ("gs-a", 0, 10)  # gpushare put a 10 GiB pod on gs-a card 0 before the switch
 
 
 class Env:
-    def __init__(self, srv: ApiServer, kube: Kube, work: Path, go_bin: str) -> None:
+    def __init__(
+        self, srv: ApiServer, kube: Kube, work: Path, go_bin: str, kube_version: str
+    ) -> None:
         self.srv, self.kube, self.work, self.go_bin = srv, kube, work, go_bin
+        self.legacy = kube_version == V120  # kube-scheduler v1.20: v1beta1, --port
         self.ext_port = free_port()
         self.extender: SchedulerProcess | None = None
         self.go: subprocess.Popen[bytes] | None = None
@@ -95,22 +102,29 @@ class Env:
 
     def start_go(self) -> None:
         port = free_port()
-        # The snippet we ship for kube-scheduler, with this test's addresses.
-        cfg = yaml.safe_load(SNIPPET.read_text())
+        # The snippet we ship for this kube-scheduler, with this test's addresses.
+        cfg = yaml.safe_load((SNIPPET_V1BETA1 if self.legacy else SNIPPET).read_text())
         cfg["clientConnection"] = {
             "kubeconfig": self.srv.kubeconfig_path(),
             "qps": 500,
             "burst": 1000,
         }
         cfg["leaderElection"] = {"leaderElect": False}
-        cfg["healthzBindAddress"] = cfg["metricsBindAddress"] = f"127.0.0.1:{port}"
+        if self.legacy:  # v1 has no such fields: health and metrics are on --secure-port
+            cfg["healthzBindAddress"] = cfg["metricsBindAddress"] = f"127.0.0.1:{port}"
         (extender,) = cfg["extenders"]
         extender["urlPrefix"] = f"http://127.0.0.1:{self.ext_port}/gpushare-scheduler"
         path = self.work / "kube-scheduler.yaml"
         path.write_text(yaml.safe_dump(cfg))
         log = open(self.work / "kube-scheduler.log", "ab")  # noqa: SIM115 - handed to the child
         self.go = subprocess.Popen(
-            [self.go_bin, f"--config={path}", "--port=0", "--secure-port=0", "--v=1"],
+            [
+                self.go_bin,
+                f"--config={path}",
+                # 1.20's insecure port is gone since 1.23 (and so is the flag).
+                *(["--port=0", "--secure-port=0"] if self.legacy else ["--secure-port=0"]),
+                "--v=1",
+            ],
             cwd=REPO_ROOT,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -208,14 +222,14 @@ def assert_no_card_over_committed(pods: list[dict[str, Any]]) -> None:
 
 
 @pytest.fixture
-def env(kube_binaries: tuple[str, str], kube_scheduler_bin: str, tmp_path: Path) -> Iterator[Env]:
+def env(kube_binaries: KubeBinaries, kube_scheduler_bin: str, tmp_path: Path) -> Iterator[Env]:
     from apiserver import ApiServer
 
     # A fresh API server: the Go scheduler schedules every default-scheduler pod it sees.
     srv = ApiServer(*kube_binaries).start()
     kube = Kube(srv.url, srv.admin_token)
     kube.ensure_device_crd()
-    e = Env(srv, kube, tmp_path, kube_scheduler_bin)
+    e = Env(srv, kube, tmp_path, kube_scheduler_bin, kube_binaries.version)
     for name, cards in CARDS.items():
         add_gpushare_node(kube, name, cards)
     try:
