@@ -50,7 +50,16 @@ from typing import Any
 
 from tests.ports import free_port as _free_port
 
-__all__ = ["KUBE_VERSIONS", "NEWEST", "V120", "V137", "ApiServer", "ApiServerError", "KubeBinaries"]
+__all__ = [
+    "KUBE_VERSIONS",
+    "NEWEST",
+    "V120",
+    "V137",
+    "ApiServer",
+    "ApiServerError",
+    "KubeBinaries",
+    "resolve_version",
+]
 
 # The control planes of the e2e matrix, oldest first: v1.20.2 from Debian's source
 # (hack/kube-apiserver.sh), v1.37.2 from Go modules (hack/kube-1.37.sh).
@@ -58,6 +67,16 @@ V120 = "v1.20.2"
 V137 = "v1.37.2"
 KUBE_VERSIONS = (V120, V137)
 NEWEST = KUBE_VERSIONS[-1]
+
+
+def resolve_version(word: str) -> str:
+    """The matrix's version that ``word`` names: exact (``v1.37.2``) or its minor (``1.37``,
+    ``v1.37``); ValueError naming the known ones otherwise."""
+    want = word.strip()
+    for version in KUBE_VERSIONS:
+        if version == want or version.startswith("v" + want.lstrip("v") + "."):
+            return version
+    raise ValueError(f"unknown version {want!r} (known: {', '.join(KUBE_VERSIONS)})")
 
 
 class KubeBinaries(tuple[str, str]):
@@ -70,6 +89,7 @@ class KubeBinaries(tuple[str, str]):
         self = super().__new__(cls, (apiserver_bin, etcd_bin))
         self.version = version
         return self
+
 
 ADMIN_USER = "koord-admin"
 PLAIN_USER = "koord-user"

@@ -16,8 +16,8 @@ The version matrix: ``kube_version`` is a session fixture parametrized over
 ``kube_binaries`` gives that version's binaries, so every test that starts an API server runs
 on v1.20.2 and on v1.37.2, its id suffixed ``[k8s-v1.20.2]`` / ``[k8s-v1.37.2]``.
 
-Fixtures: ``kube_version`` and ``kube_binaries`` (session), ``kube137_binaries`` (session, dict of the v1.37.2
-binaries by their script key), ``apiserver`` (session, AlwaysAllow),
+Fixtures: ``kube_version`` and ``kube_binaries`` (session), ``kube137_binaries`` (session, dict
+of the v1.37.2 binaries by their script key), ``apiserver`` (session, AlwaysAllow),
 ``rbac_apiserver`` (session, RBAC, started only when requested), ``make_apiserver``
 (function-scoped factory; servers are stopped at the end of the test), ``kube_client``
 (function-scoped ``kubernetes.client.ApiClient`` with the admin token of ``apiserver``).
@@ -37,10 +37,10 @@ from typing import Any
 import pytest
 
 try:  # tests/e2e as a package
-    from .apiserver import KUBE_VERSIONS, V120, V137, ApiServer, KubeBinaries
+    from .apiserver import KUBE_VERSIONS, V120, V137, ApiServer, KubeBinaries, resolve_version
 except ImportError:  # rootdir-relative "prepend" import (no __init__.py) or importlib mode
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from apiserver import KUBE_VERSIONS, V120, V137, ApiServer, KubeBinaries
+    from apiserver import KUBE_VERSIONS, V120, V137, ApiServer, KubeBinaries, resolve_version
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "hack" / "kube-apiserver.sh"
@@ -157,13 +157,13 @@ def selected_versions() -> list[str]:
     if not raw:
         return list(KUBE_VERSIONS)
     chosen: list[str] = []
-    for word in (w.strip() for w in raw.split(",") if w.strip()):
-        match = [v for v in KUBE_VERSIONS if v == word or v.startswith("v" + word.lstrip("v") + ".")]
-        if not match:
-            raise pytest.UsageError(
-                f"KOORD_KUBE_VERSIONS: unknown version {word!r} (known: {', '.join(KUBE_VERSIONS)})"
-            )
-        chosen.extend(m for m in match if m not in chosen)
+    for word in (w for w in raw.split(",") if w.strip()):
+        try:
+            version = resolve_version(word)
+        except ValueError as exc:
+            raise pytest.UsageError(f"KOORD_KUBE_VERSIONS: {exc}") from None
+        if version not in chosen:
+            chosen.append(version)
     return chosen
 
 

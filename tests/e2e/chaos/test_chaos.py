@@ -12,8 +12,8 @@ name, no forged allocation admitted.
 
 ``CHAOS_SEED`` replays a schedule; ``CHAOS_MINUTES`` sets its length (default: bounded, for
 ``make test``; ``make chaos`` runs a longer one); ``CHAOS_KUBE_VERSION`` picks the control
-plane (default: the newest of the e2e matrix; ``1.20`` or ``v1.20.2`` for the oldest). The figures are printed and written to
-``$CHAOS_REPORT`` when set.
+plane (default: the newest of the e2e matrix; ``1.20`` or ``v1.20.2`` for the oldest). The
+figures are printed and written to ``$CHAOS_REPORT`` when set.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.apiserver import KUBE_VERSIONS, NEWEST
+from tests.e2e.apiserver import NEWEST, resolve_version
 from tests.e2e.chaos import audit
 from tests.e2e.chaos.faultproxy import FaultProxy
 from tests.e2e.chaos.replicas import Replica, Supervisor
@@ -376,12 +376,10 @@ def _chaos_version() -> str:
     want = os.environ.get("CHAOS_KUBE_VERSION", "").strip()
     if not want:
         return NEWEST
-    for version in KUBE_VERSIONS:
-        if version == want or version.startswith("v" + want.lstrip("v") + "."):
-            return version
-    raise pytest.UsageError(
-        f"CHAOS_KUBE_VERSION: unknown version {want!r} (known: {', '.join(KUBE_VERSIONS)})"
-    )
+    try:
+        return resolve_version(want)
+    except ValueError as exc:
+        raise pytest.UsageError(f"CHAOS_KUBE_VERSION: {exc}") from None
 
 
 @pytest.fixture
@@ -411,7 +409,9 @@ def _card_key(card: str) -> tuple[str, int]:
 
 # One control plane per run (the newest by default), not the whole matrix: the bounded run is
 # minutes long.
-@pytest.mark.parametrize("kube_version", [_chaos_version()], indirect=True, ids=lambda v: f"k8s-{v}")
+@pytest.mark.parametrize(
+    "kube_version", [_chaos_version()], indirect=True, ids=lambda v: f"k8s-{v}"
+)
 def test_chaos(chaos_apiserver: Any, tmp_path: Path, report: Callable[[str], None]) -> None:
     srv = chaos_apiserver
     seed = int(os.environ.get("CHAOS_SEED") or random.SystemRandom().randrange(1 << 31))
