@@ -1,4 +1,4 @@
-"""A tenant's deeply nested objects on a real kube-apiserver v1.20.2 (issue 45, finding 1).
+"""A tenant's deeply nested objects on each real kube-apiserver (issue 45, finding 1).
 
 A user with the default ``edit`` ClusterRole in one namespace (RBAC on; the role aggregated as
 kube-controller-manager would, plus the PodGroup rules an installation offering gangs to
@@ -37,6 +37,7 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from apiserver import V120
 from test_node_to_container import FAKE_GPUS, Agent
 from test_scheduler_harness import (
     DEVICES,
@@ -68,7 +69,8 @@ NODE = "gpu-0"
 SCHEDULER = "koord-scheduler"
 RBAC_GROUP = "rbac.authorization.k8s.io"
 RBAC = f"/apis/{RBAC_GROUP}/v1"
-PDBS = "/apis/policy/v1beta1/namespaces/{ns}/poddisruptionbudgets"
+# policy/v1 since 1.21 (the only version from 1.25); 1.20 serves only v1beta1.
+PDBS = "/apis/{version}/namespaces/{ns}/poddisruptionbudgets"
 POD_GROUPS = "/apis/scheduling.sigs.k8s.io/v1alpha1/namespaces/{ns}/podgroups"
 
 
@@ -163,7 +165,10 @@ def http_status(url: str) -> int:
         return 0
 
 
-def test_a_tenants_deep_objects_block_nothing(make_apiserver: Any, tmp_path: Path) -> None:
+def test_a_tenants_deep_objects_block_nothing(
+    make_apiserver: Any, kube_version: str, tmp_path: Path
+) -> None:
+    policy = "policy/v1beta1" if kube_version == V120 else "policy/v1"
     server: ApiServer = make_apiserver(
         authorization_mode="RBAC", extra_users={SCHED_USER: [*SA_GROUPS, "system:masters"]}
     )
@@ -201,7 +206,7 @@ def test_a_tenants_deep_objects_block_nothing(make_apiserver: Any, tmp_path: Pat
         deep_pod = gpu_pod("deep-pod", SCHEDULER, {"nvidia.com/gpu": "1"})
         del deep_pod["spec"]["schedulerName"]  # the webhook's mutation sets it
         pdb: dict[str, Any] = {
-            "apiVersion": "policy/v1beta1",
+            "apiVersion": policy,
             "kind": "PodDisruptionBudget",
             "metadata": {"name": "deep-pdb"},
             "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "deep"}}},
@@ -215,7 +220,7 @@ def test_a_tenants_deep_objects_block_nothing(make_apiserver: Any, tmp_path: Pat
         deepest = gpu_pod("deepest-pod", "default-scheduler", {})
         deep: list[tuple[str, dict[str, Any], int]] = [
             (pods, deep_pod, DEEP),
-            (PDBS.format(ns=ns), pdb, DEEP),
+            (PDBS.format(version=policy, ns=ns), pdb, DEEP),
             (POD_GROUPS.format(ns=ns), group, DEEP),
             (pods, deepest, DEEPEST),
         ]

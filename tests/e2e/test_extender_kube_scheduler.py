@@ -35,6 +35,7 @@ from test_scheduler_harness import (
     Kube,
     SchedulerProcess,
     free_port,
+    go_kube_scheduler,
     uid,
     wait_for,
 )
@@ -101,7 +102,6 @@ class Env:
         return self.extender
 
     def start_go(self) -> None:
-        port = free_port()
         # The snippet we ship for this kube-scheduler, with this test's addresses.
         cfg = yaml.safe_load((SNIPPET_V1BETA1 if self.legacy else SNIPPET).read_text())
         cfg["clientConnection"] = {
@@ -110,26 +110,9 @@ class Env:
             "burst": 1000,
         }
         cfg["leaderElection"] = {"leaderElect": False}
-        if self.legacy:  # v1 has no such fields: health and metrics are on --secure-port
-            cfg["healthzBindAddress"] = cfg["metricsBindAddress"] = f"127.0.0.1:{port}"
         (extender,) = cfg["extenders"]
         extender["urlPrefix"] = f"http://127.0.0.1:{self.ext_port}/gpushare-scheduler"
-        path = self.work / "kube-scheduler.yaml"
-        path.write_text(yaml.safe_dump(cfg))
-        log = open(self.work / "kube-scheduler.log", "ab")  # noqa: SIM115 - handed to the child
-        self.go = subprocess.Popen(
-            [
-                self.go_bin,
-                f"--config={path}",
-                # 1.20's insecure port is gone since 1.23 (and so is the flag).
-                *(["--port=0", "--secure-port=0"] if self.legacy else ["--secure-port=0"]),
-                "--v=1",
-            ],
-            cwd=REPO_ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        log.close()
+        self.go = go_kube_scheduler(self.go_bin, cfg, self.work, self.legacy)
 
     def pods(self, ns: str) -> list[dict[str, Any]]:
         return self.kube.pods(ns)

@@ -30,15 +30,16 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from apiserver import V120, KubeBinaries
 from test_scheduler_harness import (
     DEVICES,
     GPU_CORE,
     GPU_MEMORY,
     GPU_RATIO,
-    REPO_ROOT,
     Kube,
     SchedulerProcess,
     free_port,
+    go_kube_scheduler,
     uid,
     wait_for,
 )
@@ -90,8 +91,11 @@ class Cards:
 
 
 class Env:
-    def __init__(self, srv: ApiServer, kube: Kube, work: Path, go_bin: str) -> None:
+    def __init__(
+        self, srv: ApiServer, kube: Kube, work: Path, go_bin: str, kube_version: str
+    ) -> None:
         self.srv, self.kube, self.work, self.go_bin = srv, kube, work, go_bin
+        self.legacy = kube_version == V120  # kube-scheduler v1.20: v1beta1, --port
         self.ext_port = free_port()
         self.extender: SchedulerProcess | None = None
         self.go: subprocess.Popen[bytes] | None = None
@@ -123,30 +127,16 @@ class Env:
         return self.extender
 
     def start_go(self) -> None:
-        """kube-scheduler v1.20 with gpushare's entry; only the extender's host changes."""
-        port = free_port()
+        """Go kube-scheduler with gpushare's entry; only the extender's host changes."""
         entry = dict(GPUSHARE_ENTRY)
         entry["urlPrefix"] = f"http://127.0.0.1:{self.ext_port}/gpushare-scheduler"
         cfg = {
-            "apiVersion": "kubescheduler.config.k8s.io/v1beta1",
-            "kind": "KubeSchedulerConfiguration",
             "clientConnection": {"kubeconfig": self.srv.kubeconfig_path()},
             "leaderElection": {"leaderElect": False},
-            "healthzBindAddress": f"127.0.0.1:{port}",
-            "metricsBindAddress": f"127.0.0.1:{port}",
             "profiles": [{"schedulerName": "default-scheduler"}],
             "extenders": [entry],
         }
-        path = self.work / "kube-scheduler.yaml"
-        path.write_text(yaml.safe_dump(cfg))
-        log = open(self.work / "kube-scheduler.log", "ab")  # noqa: SIM115 - handed to the child
-        self.go = subprocess.Popen(
-            [self.go_bin, f"--config={path}", "--port=0", "--secure-port=0", "--v=1"],
-            cwd=REPO_ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        log.close()
+        self.go = go_kube_scheduler(self.go_bin, cfg, self.work, self.legacy)
 
     def inspect(self, node: str) -> dict[str, Any]:
         """The extender's ``GET /gpushare-scheduler/inspect/NODE``."""
@@ -210,12 +200,13 @@ def gpushare_pod(name: str, units: int, node: str, **meta: Any) -> dict[str, Any
 
 
 @pytest.fixture
-def env(kube_binaries: tuple[str, str], kube_scheduler_bin: str, tmp_path: Path) -> Iterator[Env]:
+def env(kube_binaries: KubeBinaries, kube_scheduler_bin: str, tmp_path: Path) -> Iterator[Env]:
     from apiserver import ApiServer
 
     # A fresh API server without the Device CRD: the Go scheduler schedules every pod it sees.
     srv = ApiServer(*kube_binaries).start()
-    e = Env(srv, Kube(srv.url, srv.admin_token), tmp_path, kube_scheduler_bin)
+    kube = Kube(srv.url, srv.admin_token)
+    e = Env(srv, kube, tmp_path, kube_scheduler_bin, kube_binaries.version)
     try:
         yield e
     finally:

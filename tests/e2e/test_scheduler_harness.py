@@ -274,6 +274,36 @@ def condition(pod: Mapping[str, Any], kind: str = "PodScheduled") -> dict[str, A
     return None
 
 
+def go_kube_scheduler(
+    go_bin: str,
+    config: Mapping[str, Any],
+    work: Path,
+    legacy: bool,
+) -> subprocess.Popen[bytes]:
+    """Start Go kube-scheduler with ``config`` (a KubeSchedulerConfiguration without its
+    apiVersion), as the version at hand wants it: v1.20 (``legacy``) reads
+    ``kubescheduler.config.k8s.io/v1beta1`` and serves health on a bind address of the file
+    (``--port=0`` turns its insecure port off); v1.37 reads ``v1``, has neither those fields nor
+    ``--port``, and serves health only on ``--secure-port`` (0 here: nothing is served).
+    Output goes to ``work/kube-scheduler.log``."""
+    cfg = dict(config)
+    cfg["apiVersion"] = "kubescheduler.config.k8s.io/" + ("v1beta1" if legacy else "v1")
+    cfg.setdefault("kind", "KubeSchedulerConfiguration")
+    if legacy:
+        port = free_port()
+        cfg["healthzBindAddress"] = cfg["metricsBindAddress"] = f"127.0.0.1:{port}"
+    path = work / "kube-scheduler.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    flags = ["--port=0", "--secure-port=0"] if legacy else ["--secure-port=0"]
+    with open(work / "kube-scheduler.log", "ab") as log:
+        return subprocess.Popen(
+            [go_bin, f"--config={path}", *flags, "--v=1"],
+            cwd=REPO_ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+
 def scheduler_config(
     path: Path,
     scheduler: str,
