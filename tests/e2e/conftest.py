@@ -1,6 +1,6 @@
-"""Fixtures of the real-API-server tier (etcd + kube-apiserver v1.20.2 on loopback).
+"""Fixtures of the real-API-server tier (etcd + kube-apiserver on loopback, v1.20.2 and v1.37.2).
 
-Binaries come from ``hack/kube-apiserver.sh``: env ``KUBE_APISERVER_BIN``/``ETCD_BIN``, else
+v1.20.2 comes from ``hack/kube-apiserver.sh``: env ``KUBE_APISERVER_BIN``/``ETCD_BIN``, else
 the cache ``${KOORD_CACHE_DIR:-~/.cache/koord-py}/kube-apiserver-v1.20.2/``, else a build from
 Debian's ``kubernetes`` source package (first use only; minutes).
 
@@ -8,8 +8,9 @@ Debian's ``kubernetes`` source package (first use only; minutes).
 - Binaries unavailable: skip with the script's reason, or FAIL when ``CI`` is set.
 
 The current control plane (kube-apiserver, kube-controller-manager, kube-scheduler v1.37.2 and
-etcd v3.7.3) comes from ``hack/kube-1.37.sh --cached-only``: it is built by ``make kube-1.37``,
-never by a test run (a cold build takes most of an hour). Not built: skip, or FAIL under ``CI``.
+etcd v3.7.3) comes from ``hack/kube-1.37.sh``: cached, else built on first use (most of half
+an hour cold; ``make test`` starts both builds in the background before the unit tiers,
+``hack/control-planes.sh``). Unavailable: skip, or FAIL under ``CI``.
 
 The version matrix: ``kube_version`` is a session fixture parametrized over
 ``selected_versions()`` (both versions unless env ``KOORD_KUBE_VERSIONS`` narrows it), and
@@ -64,24 +65,29 @@ def _unavailable(reason: str) -> None:
     pytest.skip(msg)
 
 
-def _binaries_120(request: pytest.FixtureRequest) -> KubeBinaries:
-    """v1.20.2's (kube-apiserver, etcd) from hack/kube-apiserver.sh (builds on first use)."""
-    if not SCRIPT.is_file():
-        _unavailable(f"{SCRIPT} missing")
+def _provide(
+    request: pytest.FixtureRequest, script_name: str, keys: tuple[str, ...]
+) -> dict[str, str]:
+    """Run ``hack/<script_name>`` (it prints ``KEY=path`` lines: cached binaries, else built
+    now, or waited for when a build is under way, e.g. ``hack/control-planes.sh``'s), streaming
+    its progress to the terminal; the paths of ``keys``. Unavailable: skip, or FAIL under CI."""
+    script = REPO_ROOT / "hack" / script_name
+    if not script.is_file():
+        _unavailable(f"{script} missing")
     capman = request.config.pluginmanager.getplugin("capturemanager")
     tail: collections.deque[str] = collections.deque(maxlen=20)
     # Stream the script's progress to the terminal: a first-use build takes minutes.
     with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
         try:
             proc = subprocess.Popen(
-                ["bash", str(SCRIPT)],
+                ["bash", str(script)],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
                 cwd=REPO_ROOT,
             )
         except OSError as exc:
-            _unavailable(f"cannot run {SCRIPT}: {exc}")
+            _unavailable(f"cannot run {script}: {exc}")
         assert proc.stderr is not None and proc.stdout is not None
         try:
             for line in proc.stderr:
@@ -96,13 +102,18 @@ def _binaries_120(request: pytest.FixtureRequest) -> KubeBinaries:
             raise
     if rc != 0:
         errors = [ln for ln in tail if "error:" in ln]
-        _unavailable((errors or list(tail) or [f"{SCRIPT.name} exited with {rc}"])[-1])
+        _unavailable((errors or list(tail) or [f"{script.name} exited with {rc}"])[-1])
     values = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-    try:
-        return KubeBinaries(values["KUBE_APISERVER_BIN"], values["ETCD_BIN"], V120)
-    except KeyError:
-        _unavailable(f"{SCRIPT.name} printed no binary paths: {out!r}")
-        raise  # unreachable
+    missing = [k for k in keys if k not in values]
+    if missing:
+        _unavailable(f"{script.name} printed no {', '.join(missing)}: {out!r}")
+    return {k: values[k] for k in keys}
+
+
+def _binaries_120(request: pytest.FixtureRequest) -> KubeBinaries:
+    """v1.20.2's (kube-apiserver, etcd) from hack/kube-apiserver.sh (builds on first use)."""
+    values = _provide(request, SCRIPT.name, ("KUBE_APISERVER_BIN", "ETCD_BIN"))
+    return KubeBinaries(values["KUBE_APISERVER_BIN"], values["ETCD_BIN"], V120)
 
 
 KUBE_137_KEYS = (
@@ -111,38 +122,24 @@ KUBE_137_KEYS = (
     "KUBE_SCHEDULER_BIN",
     "ETCD_BIN",
 )
+_BINARIES_137: dict[str, str] = {}
 
 
-def _binaries_137() -> dict[str, str]:
-    """The v1.37.2 control plane's binaries (keys: ``KUBE_137_KEYS``) from the cache of
-    ``hack/kube-1.37.sh``; never builds (``make test`` builds it first)."""
-    script = REPO_ROOT / "hack" / "kube-1.37.sh"
-    try:
-        proc = subprocess.run(
-            ["bash", str(script), "--cached-only"],
-            capture_output=True,
-            text=True,
-            cwd=REPO_ROOT,
-            timeout=60,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        _unavailable(f"cannot run {script}: {exc}")
-    if proc.returncode != 0:
-        lines = proc.stderr.strip().splitlines() or [f"{script.name} exited {proc.returncode}"]
-        _unavailable(lines[-1])
-    values = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
-    missing = [k for k in KUBE_137_KEYS if k not in values]
-    if missing:
-        _unavailable(f"{script.name} printed no {', '.join(missing)}: {proc.stdout!r}")
-    return {k: values[k] for k in KUBE_137_KEYS}
+def _binaries_137(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The v1.37.2 control plane's binaries (keys: ``KUBE_137_KEYS``) from hack/kube-1.37.sh
+    (builds on first use: most of half an hour cold; ``make test`` starts it in the
+    background first)."""
+    if not _BINARIES_137:
+        _BINARIES_137.update(_provide(request, "kube-1.37.sh", KUBE_137_KEYS))
+    return dict(_BINARIES_137)
 
 
 @pytest.fixture(scope="session")
-def kube137_binaries() -> dict[str, str]:
-    """The v1.37.2 control plane's binaries (keys: ``KUBE_137_KEYS``). Not built: skip, or
+def kube137_binaries(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The v1.37.2 control plane's binaries (keys: ``KUBE_137_KEYS``). Unavailable: skip, or
     FAIL under CI."""
     _skip_if_disabled()
-    return _binaries_137()
+    return _binaries_137(request)
 
 
 def _skip_if_disabled() -> None:
@@ -184,7 +181,7 @@ def kube_binaries(request: pytest.FixtureRequest, kube_version: str) -> KubeBina
     if kube_version == V120:
         return _binaries_120(request)
     if kube_version == V137:
-        bins = _binaries_137()
+        bins = _binaries_137(request)
         return KubeBinaries(bins["KUBE_APISERVER_BIN"], bins["ETCD_BIN"], V137)
     raise AssertionError(f"no binaries for {kube_version}")  # KUBE_VERSIONS and this agree
 
@@ -239,12 +236,12 @@ def kube_client(apiserver: ApiServer) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def kube_scheduler_bin(kube_binaries: KubeBinaries) -> str:
+def kube_scheduler_bin(request: pytest.FixtureRequest, kube_binaries: KubeBinaries) -> str:
     """Go kube-scheduler of the control plane's version: v1.20.2 from hack/kube-scheduler.sh
     (same source tree as the API server; built on first use, cached), v1.37.2 from
     hack/kube-1.37.sh's cache. Unavailable: skip, or FAIL under CI."""
     if kube_binaries.version == V137:
-        return _binaries_137()["KUBE_SCHEDULER_BIN"]
+        return _binaries_137(request)["KUBE_SCHEDULER_BIN"]
     script = REPO_ROOT / "hack" / "kube-scheduler.sh"
     try:
         proc = subprocess.run(
