@@ -125,7 +125,7 @@ class AdversarialCluster:
         if self._fence_open():
             self.truth.set_nominated_node(pod, node_name)
 
-    def delete_pod(self, pod: Pod) -> None:
+    def delete_pod(self, pod: Pod, *, preemptor: Pod | None = None) -> None:
         self._check_fence(pod, "delete")
         self.truth.delete_pod(pod)
 

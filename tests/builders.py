@@ -483,6 +483,7 @@ class RecordingClient:
         self.conditions: list[tuple[str, str, str, str]] = []
         self.nominations: list[tuple[str, str]] = []
         self.deleted: list[str] = []
+        self.preemptors: list[tuple[str, str]] = []  # (victim, preemptor) of each delete
         self.annotated: list[tuple[str, dict[str, str]]] = []
         self.fail_bind: BindError | None = None
         self.fail_delete: Exception | None = None
@@ -501,10 +502,12 @@ class RecordingClient:
     def set_nominated_node(self, pod: Pod, node_name: str) -> None:
         self.nominations.append((pod.key, node_name))
 
-    def delete_pod(self, pod: Pod) -> None:
+    def delete_pod(self, pod: Pod, *, preemptor: Pod | None = None) -> None:
         if self.fail_delete is not None:
             raise self.fail_delete
         self.deleted.append(pod.key)
+        if preemptor is not None:
+            self.preemptors.append((pod.key, preemptor.key))
 
     def annotate_pod(self, pod: Pod, annotations: Mapping[str, str]) -> None:
         self.annotated.append((pod.key, dict(annotations)))

@@ -76,10 +76,12 @@ class ClusterClient(Protocol):
         nothing, without an error."""
         ...
 
-    def delete_pod(self, pod: Pod) -> None:
-        """Delete exactly this incarnation (its UID as a precondition): a preemption's victim.
-        A pod already gone is not an error; raise on any other failure (a write a replica
-        that lost its lease must not send raises ``BindError(fenced=True)``)."""
+    def delete_pod(self, pod: Pod, *, preemptor: Pod | None = None) -> None:
+        """Delete exactly this incarnation (its UID as a precondition): a preemption's victim
+        (``preemptor``: the pod it makes room for; the victim is marked as kube-scheduler
+        marks it first, where the backend keeps conditions). A pod already gone is not an
+        error; raise on any other failure (a write a replica that lost its lease must not
+        send raises ``BindError(fenced=True)``)."""
         ...
 
     def annotate_pod(self, pod: Pod, annotations: Mapping[str, str]) -> None:

@@ -95,6 +95,7 @@ POD_GROUPS_PATH = f"/apis/{POD_GROUP_API_VERSION}/podgroups"
 CONFIGMAPS_PATH = f"/api/v1/namespaces/{UNHEALTHY_NAMESPACE}/configmaps"
 PODS_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
 BIND_MODES = ("binding", "patch")
+DISRUPTION_TARGET = "DisruptionTarget"
 FENCED_WRITE_TIMEOUT = 10.0
 """Seconds a leader-only write (bind, victim delete, gang mark, nomination) may take, from
 the request's start to its answer, connection included; then its outcome is uncertain (read
@@ -500,10 +501,19 @@ class KubeCluster:
                 return
             raise
 
-    def delete_pod(self, pod: Pod) -> None:
+    def delete_pod(self, pod: Pod, *, preemptor: Pod | None = None) -> None:
         """DELETE exactly this incarnation (``preconditions.uid``); fenced like a bind, so a
         replica that lost its lease evicts nothing. Gone (404) or another incarnation (409)
-        is not an error: the victim is not there any more."""
+        is not an error: the victim is not there any more.
+
+        A preemption's victim (``preemptor`` given) is first marked as kube-scheduler marks it
+        (PodDisruptionConditions, GA since 1.31): ``DisruptionTarget=True``, reason
+        ``PreemptionByScheduler``, which a Job's ``podFailurePolicy`` reads to tell a
+        preempted pod from a failed one. A mark that fails otherwise than gone stops the
+        delete (raises), as kube-scheduler's does."""
+        if preemptor is not None and not self._mark_disruption_target(pod, preemptor):
+            log.info("victim already gone", pod=pod.key)
+            return
         body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if pod.uid:
             body["preconditions"] = {"uid": pod.uid}
@@ -515,6 +525,37 @@ class KubeCluster:
                 return
             raise
         log.info("preempted", pod=pod.key)
+
+    def _mark_disruption_target(self, pod: Pod, preemptor: Pod) -> bool:
+        """Patch the victim's DisruptionTarget condition (this incarnation only: its UID in
+        the patch is a precondition); False when it is gone or re-created."""
+        condition: dict[str, Any] = {
+            "type": DISRUPTION_TARGET,
+            "status": "True",
+            "reason": "PreemptionByScheduler",
+            "message": (
+                f"{preemptor.scheduler_name}: preempting to accommodate a higher priority pod"
+            ),
+            "lastTransitionTime": rfc3339(datetime.now(UTC)),
+        }
+        condition.update(_observed_generation(pod))
+        body: dict[str, Any] = {"status": {"conditions": [condition]}}
+        if pod.uid:
+            body["metadata"] = {"uid": pod.uid}
+        try:
+            self._fenced_write(
+                pod,
+                "PATCH",
+                _pod_path(pod) + "/status",
+                what="marking",
+                body=body,
+                content_type=STRATEGIC_MERGE_PATCH,
+            )
+        except ApiError as exc:
+            if exc.status in (404, 409):
+                return False
+            raise
+        return True
 
     def annotate_pod(self, pod: Pod, annotations: Mapping[str, str]) -> None:
         """A merge patch of ``metadata.annotations`` on exactly this incarnation (``metadata.uid``
@@ -559,6 +600,7 @@ class KubeCluster:
             "lastProbeTime": None,
             "lastTransitionTime": transition,
         }
+        condition.update(_observed_generation(current))
         # Conditional on the version checked unbound above: if anything (a binding above all)
         # changed the pod since, the API server answers 409 and the stale report is dropped.
         body: dict[str, Any] = {"status": {"conditions": [condition]}}
@@ -576,6 +618,17 @@ class KubeCluster:
                 log.debug("stale PodScheduled condition dropped", pod=pod.key, status=exc.status)
                 return
             raise
+
+
+def _observed_generation(pod: Pod) -> dict[str, Any]:
+    """``observedGeneration`` for a condition written on ``pod``, as kube-scheduler writes it
+    (PodObservedGenerationTracking, GA since 1.35): the pod's ``metadata.generation``, which
+    servers since 1.33 keep on pods; nothing where the server keeps none (1.20)."""
+    meta = pod.raw.get("metadata")
+    generation = meta.get("generation") if isinstance(meta, Mapping) else None
+    if isinstance(generation, int) and not isinstance(generation, bool) and generation > 0:
+        return {"observedGeneration": generation}
+    return {}
 
 
 def _pod_scheduled_condition(pod: Pod) -> Mapping[str, Any] | None:

@@ -199,9 +199,10 @@ class InMemoryCluster:
         with self._lock:
             return self._store_pod(self._stamp(obj))
 
-    def delete_pod(self, pod: str | Pod) -> None:
+    def delete_pod(self, pod: str | Pod, *, preemptor: Pod | None = None) -> None:
         """Delete a pod by key, or exactly the incarnation ``pod`` (its UID as a precondition:
-        another pod of that name now stays, as the API server's 409 leaves it)."""
+        another pod of that name now stays, as the API server's 409 leaves it). A deleted
+        pod leaves no record here, so a preemption's mark (``preemptor``) would show nowhere."""
         with self._lock:
             key = pod if isinstance(pod, str) else pod.key
             current = self.pods.get(key)

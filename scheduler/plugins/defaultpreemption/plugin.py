@@ -335,7 +335,7 @@ class DefaultPreemption:
                 waiting.reject(NAME, f"preempted by {pod.key}")
                 continue
             try:
-                client.delete_pod(victim)
+                client.delete_pod(victim, preemptor=pod)
             except Exception as exc:  # the pod is retried; nothing is nominated
                 return error(f"preempting {victim.key} for {pod.key}: {exc}")
             client.record_event(

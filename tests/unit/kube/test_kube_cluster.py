@@ -621,3 +621,74 @@ def test_stop_waits_for_all_informers_against_one_deadline() -> None:
         assert time.monotonic() - start < 6.0
     finally:
         t.release.set()
+
+
+# -- what 1.37's kube-scheduler writes beside the delete and the condition ----------------------
+
+
+def test_a_victim_is_marked_disruption_target_before_its_delete(transport: FakeTransport) -> None:
+    """As kube-scheduler (PodDisruptionConditions): DisruptionTarget=True, reason
+    PreemptionByScheduler, on exactly this incarnation (its UID a precondition), then the
+    delete; a Job's podFailurePolicy reads it."""
+    transport.on("PATCH", f"{POD_PATH}/status", json_response({}))
+    transport.on("DELETE", POD_PATH, json_response({}, 200))
+    cluster = KubeCluster(RestClient(transport), None, fence=lambda: True)
+    preemptor = dataclasses.replace(pod(), name="big", uid="u9", scheduler_name="koord-scheduler")
+    cluster.delete_pod(pod(), preemptor=preemptor)
+    (mark,) = transport.sent("PATCH", f"{POD_PATH}/status")
+    assert mark.headers["Content-Type"] == "application/strategic-merge-patch+json"
+    assert mark.body["metadata"] == {"uid": "u1"}
+    (cond,) = mark.body["status"]["conditions"]
+    assert (cond["type"], cond["status"], cond["reason"]) == (
+        "DisruptionTarget",
+        "True",
+        "PreemptionByScheduler",
+    )
+    assert cond["message"] == "koord-scheduler: preempting to accommodate a higher priority pod"
+    assert cond["lastTransitionTime"]
+    assert "observedGeneration" not in cond  # a pod without metadata.generation (1.20)
+    writes = [r.method for r in transport.requests if r.method in ("PATCH", "DELETE")]
+    assert writes == ["PATCH", "DELETE"]
+
+
+@pytest.mark.parametrize("status", [404, 409])
+def test_a_victim_gone_before_its_mark_is_not_deleted(
+    transport: FakeTransport, status: int
+) -> None:
+    transport.on("PATCH", f"{POD_PATH}/status", status_response(status, "NotFound", "gone"))
+    cluster = KubeCluster(RestClient(transport), None, fence=lambda: True)
+    cluster.delete_pod(pod(), preemptor=pod())
+    assert not transport.sent("DELETE", POD_PATH)
+
+
+def test_a_failed_mark_stops_the_delete(transport: FakeTransport) -> None:
+    transport.on("PATCH", f"{POD_PATH}/status", status_response(403, "Forbidden", "no"))
+    cluster = KubeCluster(RestClient(transport), None, fence=lambda: True)
+    with pytest.raises(ApiError):
+        cluster.delete_pod(pod(), preemptor=pod())
+    assert not transport.sent("DELETE", POD_PATH)
+
+
+def test_a_fenced_replica_neither_marks_nor_deletes(transport: FakeTransport) -> None:
+    cluster = KubeCluster(RestClient(transport), None, fence=lambda: False)
+    with pytest.raises(BindError):
+        cluster.delete_pod(pod(), preemptor=pod())
+    assert not transport.sent("PATCH", f"{POD_PATH}/status")
+    assert not transport.sent("DELETE", POD_PATH)
+
+
+@pytest.mark.parametrize(("generation", "expected"), [(3, {"observedGeneration": 3}), (None, {})])
+def test_conditions_carry_the_pods_generation_where_the_server_keeps_one(
+    transport: FakeTransport, generation: int | None, expected: dict[str, int]
+) -> None:
+    """PodObservedGenerationTracking (GA since 1.35): kube-scheduler's conditions carry the
+    pod's metadata.generation; a 1.20 pod has none, and none is written."""
+    obj = raw_pod()
+    if generation is not None:
+        obj["metadata"]["generation"] = generation
+    victim = decode_pod(obj)
+    transport.on("PATCH", f"{POD_PATH}/status", json_response({}))
+    transport.on("DELETE", POD_PATH, json_response({}, 200))
+    KubeCluster(RestClient(transport), None).delete_pod(victim, preemptor=victim)
+    (cond,) = transport.sent("PATCH", f"{POD_PATH}/status")[0].body["status"]["conditions"]
+    assert {k: v for k, v in cond.items() if k == "observedGeneration"} == expected
