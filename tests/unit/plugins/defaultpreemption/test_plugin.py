@@ -466,7 +466,7 @@ def test_a_failed_victim_delete_nominates_nothing() -> None:
     fill(cluster, sched, [pod("low", 0, {NVIDIA_GPU: "1"})])
     real_delete = cluster.delete_pod
 
-    def refuse(p: Any) -> None:
+    def refuse(p: Any, *, preemptor: Any = None) -> None:
         if isinstance(p, str):
             real_delete(p)
             return
