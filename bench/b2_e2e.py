@@ -1,24 +1,25 @@
 """Benchmark B2 (BENCHMARKS.md): koord-scheduler and Go kube-scheduler side by side.
 
-Both schedulers run on the same workload against a real kube-apiserver v1.20.2 (+ etcd), one
-after the other, each on a fresh API server, alternating which goes first, for ``--rounds``
-rounds. Nodes are B1's (64 cores, 512Gi, 8 GPUs as ``nvidia.com/gpu`` allocatable and a Device
-CR each). Workloads: ``backlog`` (all pods created before the scheduler starts) and ``rate``
-(pods created at ``--rate`` pods/s after the scheduler is ready); pod kinds: ``gpu``
-(``nvidia.com/gpu: 1``), ``cpu`` (cpu and memory only) and ``share`` (half a card through
-``koordinator.sh/gpu-core``/``gpu-memory-ratio``; for koord's figures, e.g. memory at 5,000
-nodes x 50,000 pods). For each run it prints pods/s from the first to the last bind (on a watch
-of its own; column ``pods/s``, the issue-29 harness's figure), pods/s from the scheduler's
-process start to the last bind (``start/s``: start-up inside the window), the time to the first
-bind (``1st bind``, from process start), the wall time from process start to the last bind, the
-scheduler's CPU per bound pod (``/proc``; whole run, read once its Event writes have settled),
-its CPU seconds at the first bind (``cpu@1st``: start-up) and its CPU per pod after the first
-bind (``ms/pod>1st``), the scheduling SLI p50/p99 from the scheduler's own /metrics (koord:
-``scheduler_pod_scheduling_sli_duration_seconds``; Go v1.20:
-``scheduler_pod_scheduling_duration_seconds``), the API writes per pod (the API server's
-``apiserver_request_total`` for write verbs, less the benchmark's own), and the ratio koord/Go
-of pods/s. Afterwards it checks that no GPU card is over-committed (koord: the summed
-device-allocated annotations per card; Go: ``nvidia.com/gpu`` per node).
+Both schedulers run on the same workload against a real kube-apiserver (+ etcd) of each control
+plane of ``--kube-versions`` (default both: v1.20.2 with Go kube-scheduler v1.20.2, v1.37.2 with
+Go kube-scheduler v1.37.2), one after the other, each on a fresh API server, alternating which
+goes first, for ``--rounds`` rounds. Nodes are B1's (64 cores, 512Gi, 8 GPUs as
+``nvidia.com/gpu`` allocatable and a Device CR each). Workloads: ``backlog`` (all pods created
+before the scheduler starts) and ``rate`` (pods created at ``--rate`` pods/s after the scheduler
+is ready); pod kinds: ``gpu`` (``nvidia.com/gpu: 1``), ``cpu`` (cpu and memory only) and
+``share`` (half a card through ``koordinator.sh/gpu-core``/``gpu-memory-ratio``; for koord's
+figures, e.g. memory at 5,000 nodes x 50,000 pods). For each run it prints pods/s from the first
+to the last bind (on a watch of its own; column ``pods/s``, the issue-29 harness's figure),
+pods/s from the scheduler's process start to the last bind (``start/s``: start-up inside the
+window), the time to the first bind (``1st bind``, from process start), the wall time from
+process start to the last bind, the scheduler's CPU per bound pod (``/proc``; whole run, read
+once its Event writes have settled), its CPU seconds at the first bind (``cpu@1st``: start-up)
+and its CPU per pod after the first bind (``ms/pod>1st``), the scheduling SLI p50/p99 from the
+scheduler's own /metrics (koord: ``scheduler_pod_scheduling_sli_duration_seconds``, as Go
+v1.37's; Go v1.20: ``scheduler_pod_scheduling_duration_seconds``), the API writes per pod (the
+API server's ``apiserver_request_total`` for write verbs, less the benchmark's own), and the
+ratio koord/Go of pods/s. Afterwards it checks that no GPU card is over-committed (koord: the
+summed device-allocated annotations per card; Go: ``nvidia.com/gpu`` per node).
 
 Both get the same client QPS/burst (``--qps``/``--burst``, default 5000/10000: high enough
 not to bind either) and the same ``percentageOfNodesToScore`` (``--percentage``, default 0,
@@ -28,7 +29,9 @@ Usage: python bench/b2_e2e.py [--sizes 200x1000,1000x5000] [--workloads backlog,
                               [--kinds gpu,cpu] [--rounds 2] [--schedulers koord,go]
                               [--schedulers koord,base --base-tree DIR]  (old-vs-new A/B)
                               [--schedulers koord,base --koord-args=X --base-args=Y]  (flags)
-Needs hack/kube-apiserver.sh and hack/kube-scheduler.sh (built on first use).
+                              [--kube-versions 1.20,1.37]
+Needs hack/kube-apiserver.sh and hack/kube-scheduler.sh (v1.20.2) and hack/kube-1.37.sh
+(v1.37.2), each built on first use.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ import platform
 import shlex
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -56,6 +60,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the e2e harness imports tests.ports
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 sys.path.insert(0, str(ROOT / "bench"))
 from apiserver import ApiServer  # noqa: E402
@@ -90,9 +95,29 @@ def _hack(script: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
-def binaries() -> tuple[str, str]:
-    values = _hack("kube-apiserver.sh")
+KUBE_VERSIONS = ("v1.20.2", "v1.37.2")
+
+
+def kube_version(word: str) -> str:
+    """``1.20``/``v1.37``/``v1.37.2`` -> the control plane's full version."""
+    for version in KUBE_VERSIONS:
+        if version == word or version.startswith("v" + word.lstrip("v") + "."):
+            return version
+    raise SystemExit(f"b2: unknown Kubernetes version {word!r} (known: {', '.join(KUBE_VERSIONS)})")
+
+
+def legacy(version: str) -> bool:
+    """Go kube-scheduler v1.20: kubescheduler.config.k8s.io/v1beta1, an insecure port."""
+    return version == KUBE_VERSIONS[0]
+
+
+def binaries(version: str = KUBE_VERSIONS[0]) -> tuple[str, str]:
+    values = _hack("kube-apiserver.sh" if legacy(version) else "kube-1.37.sh")
     return values["KUBE_APISERVER_BIN"], values["ETCD_BIN"]
+
+
+def go_scheduler_bin(version: str) -> str:
+    return _hack("kube-scheduler.sh" if legacy(version) else "kube-1.37.sh")["KUBE_SCHEDULER_BIN"]
 
 
 def setup_cluster(c: Client, nodes: int, threads: int) -> float:
@@ -250,8 +275,21 @@ class RssSampler(threading.Thread):
         return max(self.peak, _status_mib(self.pid, "VmHWM"))
 
 
-def scrape(port: int) -> dict[str, Any]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+def _url(port: int, path: str, tls: bool) -> str:
+    return f"{'https' if tls else 'http'}://127.0.0.1:{port}{path}"
+
+
+def _insecure() -> ssl.SSLContext:
+    """Go kube-scheduler v1.37 serves only HTTPS, with a self-signed certificate."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+def scrape(port: int, tls: bool = False) -> dict[str, Any]:
+    ctx = _insecure() if tls else None
+    with urllib.request.urlopen(_url(port, "/metrics", tls), timeout=30, context=ctx) as r:
         return {f.name: f for f in text_string_to_metric_families(r.read().decode())}
 
 
@@ -309,17 +347,20 @@ def pod_body(i: int, kind: str) -> bytes:
     return json.dumps(pod).encode()
 
 
-def go_config(srv: Any, workdir: Path, qps: float, burst: int, percentage: int, port: int) -> Path:
-    cfg = {
-        "apiVersion": "kubescheduler.config.k8s.io/v1beta1",
+def go_config(
+    srv: Any, workdir: Path, qps: float, burst: int, percentage: int, port: int, version: str
+) -> Path:
+    cfg: dict[str, Any] = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
         "clientConnection": {"kubeconfig": srv.kubeconfig_path(), "qps": qps, "burst": burst},
         "leaderElection": {"leaderElect": False},
-        "healthzBindAddress": f"127.0.0.1:{port}",
-        "metricsBindAddress": f"127.0.0.1:{port}",
         "percentageOfNodesToScore": percentage,
         "profiles": [{"schedulerName": SCHEDULER_NAME}],
     }
+    if legacy(version):  # v1beta1: health and metrics on plain HTTP at these addresses
+        cfg["apiVersion"] = "kubescheduler.config.k8s.io/v1beta1"
+        cfg["healthzBindAddress"] = cfg["metricsBindAddress"] = f"127.0.0.1:{port}"
     path = workdir / "kube-scheduler.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -348,7 +389,7 @@ def byte_compile(tree: Path) -> None:
 
 
 def start_scheduler(
-    which: str, srv: Any, args: argparse.Namespace, workdir: Path, go_bin: str
+    which: str, srv: Any, args: argparse.Namespace, workdir: Path, go_bin: str, version: str
 ) -> tuple[subprocess.Popen[bytes], int, float]:
     """(process, metrics port, start time) once the process is spawned."""
     with socket.socket() as sock:  # a free loopback port for its health and metrics
@@ -370,11 +411,20 @@ def start_scheduler(
             f"--event-qps={args.qps}", f"--event-burst={args.burst}",
             "--log-level=warning",
         ]  # fmt: skip
-    else:
+    elif legacy(version):
+        config = go_config(srv, workdir, args.qps, args.burst, args.percentage, port, version)
         cmd = [
-            go_bin,
-            f"--config={go_config(srv, workdir, args.qps, args.burst, args.percentage, port)}",
+            go_bin, f"--config={config}",
             "--address=127.0.0.1", f"--port={port}", "--secure-port=0", "--v=0",
+        ]  # fmt: skip
+    else:  # v1.37: no insecure port; health and metrics over HTTPS, scraped without a token
+        config = go_config(srv, workdir, args.qps, args.burst, args.percentage, port, version)
+        cmd = [
+            go_bin, f"--config={config}",
+            "--bind-address=127.0.0.1", f"--secure-port={port}",
+            f"--cert-dir={workdir / 'go-certs'}",
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+            "--v=0",
         ]  # fmt: skip
     extra = args.base_args if which == "base" and args.base_args is not None else args.koord_args
     if which in ("koord", "base") and extra:
@@ -387,12 +437,13 @@ def start_scheduler(
     return proc, port, start
 
 
-def wait_ready(proc: subprocess.Popen[bytes], port: int, which: str) -> None:
+def wait_ready(proc: subprocess.Popen[bytes], port: int, which: str, tls: bool = False) -> None:
     path = "/healthz" if which == "go" else "/readyz"
     deadline = time.monotonic() + 120
+    ctx = _insecure() if tls else None
     while True:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
+            with urllib.request.urlopen(_url(port, path, tls), timeout=2, context=ctx) as r:
                 if r.status == 200:
                     return
         except OSError:
@@ -437,8 +488,10 @@ def run_one(
     kind: str,
     args: argparse.Namespace,
     go_bin: str,
+    version: str,
 ) -> dict[str, Any]:
-    srv = ApiServer(*binaries()).start()
+    srv = ApiServer(*binaries(version)).start()
+    tls = which == "go" and not legacy(version)
     proc: subprocess.Popen[bytes] | None = None
     workdir = Path(srv.dir or "/tmp")
     try:
@@ -454,12 +507,12 @@ def run_one(
             with ThreadPoolExecutor(args.threads) as pool:
                 list(pool.map(lambda b: c.call("POST", path, b), bodies))
         writes_before = api_writes(c)
-        proc, port, started = start_scheduler(which, srv, args, workdir, go_bin)
+        proc, port, started = start_scheduler(which, srv, args, workdir, go_bin, version)
         watch.pid = proc.pid
         sampler = RssSampler(proc.pid)
         sampler.start()
         if workload == "rate":
-            wait_ready(proc, port, which)
+            wait_ready(proc, port, which, tls)
             own_writes = pods
             t0 = time.perf_counter()
             with ThreadPoolExecutor(args.threads) as pool:
@@ -479,7 +532,7 @@ def run_one(
         # the bind; CPU read at the last bind would leave out the Events still queued then.
         cpu_s = _cpu_seconds(proc.pid)
         scraped = time.perf_counter()
-        fams = scrape(port)
+        fams = scrape(port, tls)
         rss_mib = sampler.finish()  # sampled; one /metrics scrape included, as in production
         if args.rss_trace:
             marks = {"first_bind": watch.first_bind, "last_bind": watch.last_bind}
@@ -494,9 +547,9 @@ def run_one(
             out = Path(f"{args.rss_trace}.{which}.{nodes}x{pods}.{os.getpid()}.json")
             out.write_text(json.dumps(trace))
         sli_name = (
-            "scheduler_pod_scheduling_sli_duration_seconds"
-            if which != "go"
-            else "scheduler_pod_scheduling_duration_seconds"
+            "scheduler_pod_scheduling_duration_seconds"  # Go v1.20's; since removed
+            if which == "go" and legacy(version)
+            else "scheduler_pod_scheduling_sli_duration_seconds"
         )
         sli = fams.get(sli_name)
         p50 = quantile(0.5, sli)[0] if sli is not None else float("nan")
@@ -505,6 +558,7 @@ def run_one(
         cpu_first = watch.cpu_at_first_bind
         return {
             "scheduler": which,
+            "kube": version,
             "nodes": nodes,
             "pods": pods,
             "workload": workload,
@@ -553,6 +607,45 @@ def fmt(r: dict[str, Any], rnd: int) -> str:
     )
 
 
+def run_matrix(
+    args: argparse.Namespace, schedulers: list[str], version: str, go_bin: str
+) -> list[dict[str, Any]]:
+    """Every size x workload x kind on one control plane, ``--rounds`` rounds each, the
+    schedulers alternating who goes first; prints each run and the koord/Go ratios."""
+    results: list[dict[str, Any]] = []
+    for size, workload, kind in itertools.product(
+        args.sizes.split(","), args.workloads.split(","), args.kinds.split(",")
+    ):
+        nodes, pods = (int(x) for x in size.split("x"))
+        got: dict[str, list[float]] = {s: [] for s in schedulers}
+        got_start: dict[str, list[float]] = {s: [] for s in schedulers}
+        for rnd in range(1, args.rounds + 1):
+            order = schedulers if rnd % 2 else list(reversed(schedulers))
+            for which in order:
+                r = run_one(which, nodes, pods, workload, kind, args, go_bin, version)
+                r["round"] = rnd
+                results.append(r)
+                got[which].append(r["pods_per_s"])
+                got_start[which].append(r["pods_per_s_from_start"])
+                print(fmt(r, rnd), flush=True)
+        for other in ("go", "base"):
+            if "koord" not in got or not got.get(other):
+                continue
+            ratios = [k / g for k, g in zip(got["koord"], got[other], strict=True)]
+            from_start = [k / g for k, g in zip(got_start["koord"], got_start[other], strict=True)]
+            print(
+                f"# {version} {size} {workload} {kind}: koord/{other} pods/s first->last bind "
+                "per round "
+                + ", ".join(f"{x:.2f}" for x in ratios)
+                + f"; of the means {sum(got['koord']) / sum(got[other]):.2f}"
+                + "; from process start (start-up included) per round "
+                + ", ".join(f"{x:.2f}" for x in from_start)
+                + f"; of the means {sum(got_start['koord']) / sum(got_start[other]):.2f}",
+                flush=True,
+            )
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="200x1000,1000x5000", help="NODESxPODS,...")
@@ -586,6 +679,11 @@ def main(argv: list[str] | None = None) -> int:
         "--koord-args=--kube-transport=http11 --base-args=",
     )
     parser.add_argument(
+        "--kube-versions",
+        default="1.20,1.37",
+        help="control planes, each with its own Go kube-scheduler (default: 1.20,1.37)",
+    )
+    parser.add_argument(
         "--koord-args", default="", help="more koord-scheduler run flags, e.g. --bind-workers=16"
     )
     parser.add_argument(
@@ -596,7 +694,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     schedulers = args.schedulers.split(",")
-    go_bin = _hack("kube-scheduler.sh")["KUBE_SCHEDULER_BIN"] if "go" in schedulers else ""
+    versions = [kube_version(w.strip()) for w in args.kube_versions.split(",") if w.strip()]
     if "koord" in schedulers:
         byte_compile(ROOT)
     if "base" in schedulers:
@@ -608,37 +706,12 @@ def main(argv: list[str] | None = None) -> int:
         f"percentageOfNodesToScore {args.percentage}, rate {args.rate:g}/s",
         flush=True,
     )
-    print(HEADER, flush=True)
     results: list[dict[str, Any]] = []
-    for size, workload, kind in itertools.product(
-        args.sizes.split(","), args.workloads.split(","), args.kinds.split(",")
-    ):
-        nodes, pods = (int(x) for x in size.split("x"))
-        got: dict[str, list[float]] = {s: [] for s in schedulers}
-        got_start: dict[str, list[float]] = {s: [] for s in schedulers}
-        for rnd in range(1, args.rounds + 1):
-            order = schedulers if rnd % 2 else list(reversed(schedulers))
-            for which in order:
-                r = run_one(which, nodes, pods, workload, kind, args, go_bin)
-                r["round"] = rnd
-                results.append(r)
-                got[which].append(r["pods_per_s"])
-                got_start[which].append(r["pods_per_s_from_start"])
-                print(fmt(r, rnd), flush=True)
-        for other in ("go", "base"):
-            if "koord" not in got or not got.get(other):
-                continue
-            ratios = [k / g for k, g in zip(got["koord"], got[other], strict=True)]
-            from_start = [k / g for k, g in zip(got_start["koord"], got_start[other], strict=True)]
-            print(
-                f"# {size} {workload} {kind}: koord/{other} pods/s first->last bind per round "
-                + ", ".join(f"{x:.2f}" for x in ratios)
-                + f"; of the means {sum(got['koord']) / sum(got[other]):.2f}"
-                + "; from process start (start-up included) per round "
-                + ", ".join(f"{x:.2f}" for x in from_start)
-                + f"; of the means {sum(got_start['koord']) / sum(got_start[other]):.2f}",
-                flush=True,
-            )
+    for version in versions:
+        go_bin = go_scheduler_bin(version) if "go" in schedulers else ""
+        print(f"# kube-apiserver {version}, Go kube-scheduler {version}", flush=True)
+        print(HEADER, flush=True)
+        results += run_matrix(args, schedulers, version, go_bin)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0

@@ -21,6 +21,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
+sys.path.insert(0, str(REPO))  # the e2e harness imports tests.ports
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
 from apiserver import ApiServer  # noqa: E402
