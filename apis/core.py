@@ -365,14 +365,17 @@ def pod_requests(
             reqs.setdefault(name, value)
         return reqs
 
+    def status_of(cmap: Mapping[str, Any], where: str) -> Mapping[str, Any] | None:
+        return by_name.get(_str(cmap.get("name"), f"{where}.name"))
+
     def allocated(cmap: Mapping[str, Any], where: str) -> dict[str, Fraction] | None:
-        cs = by_name.get(cmap.get("name"))  # type: ignore[arg-type]
+        cs = status_of(cmap, where)
         if cs is not None and cs.get("allocatedResources") is not None:
             return _resource_list(cs.get("allocatedResources"), f"{where}.allocatedResources")
         return None if infeasible else spec_requests(cmap, where)
 
     def actuated(cmap: Mapping[str, Any], where: str) -> dict[str, Fraction] | None:
-        cs = by_name.get(cmap.get("name"))  # type: ignore[arg-type]
+        cs = status_of(cmap, where)
         if cs is not None:
             res = _mapping(cs.get("resources"), f"{where}.resources")
             if res.get("requests") is not None:

@@ -272,7 +272,26 @@ def _pod_seeds() -> list[bytes]:
         .phase("Running")
         .obj()
     )
-    return [_json(full), _json(make_pod("q", "ns").obj())]
+    # What 1.37 keeps on a pod: gates, a native sidecar, pod-level requests, a resize's status.
+    current = make_pod("r").req(cpu="1").obj()
+    current["spec"]["schedulingGates"] = [{"name": "example.com/quota"}]
+    current["spec"]["resources"] = {"requests": {"cpu": "2", "hugepages-2Mi": "4Mi"}}
+    current["spec"]["initContainers"] = [
+        {"name": "s", "restartPolicy": "Always", "resources": {"requests": {"cpu": "1"}}}
+    ]
+    current["status"] = {
+        "conditions": [{"type": "PodResizePending", "reason": "Infeasible"}],
+        "containerStatuses": [
+            {
+                "name": "main",
+                "allocatedResources": {"cpu": "3"},
+                "resources": {"requests": {"cpu": "2"}},
+            }
+        ],
+        "allocatedResources": {"cpu": "4"},
+        "resources": {"requests": {"cpu": "4"}},
+    }
+    return [_json(full), _json(make_pod("q", "ns").obj()), _json(current)]
 
 
 def _node_seeds() -> list[bytes]:

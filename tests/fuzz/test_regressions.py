@@ -108,6 +108,10 @@ CASES = [
     ("gang", _gang_annotation("network-topology-spec", _strategy(_deep(3000))), "strategy"),
     # a strategy that is a list (TypeError: unhashable type, testing it against a set)
     ("gang", _gang_annotation("network-topology-spec", _strategy(b"[]")), "strategy"),
+    # a container named by an object, on a pod with container statuses (TypeError: unhashable
+    # type, looking its status up by name)
+    ("pod", b'{"metadata":{"name":"p"},"spec":{"containers":[{"name":{}}]},'
+     b'"status":{"containerStatuses":[{"name":"c"}]}}', "spec.containers[0].name"),
 ]
 
 
