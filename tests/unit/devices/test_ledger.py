@@ -22,11 +22,13 @@ from apis.allocation import (
 from apis.checkpoint import PodDeviceEntry, encode_devices_checkpoints
 from apis.core import Pod
 from apis.device import ANNOTATION_DEVICES_CHECKPOINTS, Device
+from apis.gpushare import UnhealthyGPUs
 from apis.partition import ANNOTATION_GPU_PARTITIONS, POLICY_HONOR
 from apis.topology import ANNOTATION_GPU_TOPOLOGY
 from scheduler.devices.allocator import allocate
 from scheduler.devices.ledger import InvalidAllocation, NodeDeviceLedger
 from scheduler.devices.request import (
+    ANNOTATION,
     RESERVED,
     CardUse,
     Holding,
@@ -37,7 +39,7 @@ from scheduler.devices.request import (
 from scheduler.devices.scoring import Scorer
 from scheduler.devices.table import CardTable as _Table
 from scheduler.devices.topology import NodeMeta
-from scheduler.framework.events import Change
+from scheduler.framework.events import UNHEALTHY_GPUS_KIND, Change
 from tests.unit.devices.helpers import (
     GI,
     bound,
@@ -63,6 +65,36 @@ from tests.unit.devices.helpers import (
 #   `self._invalid.pop(uid, None)` -> `.pop(None, None)`: a released pod's stale entry is
 #   never read (_rehold_invalid walks only the uids of live holdings, and every way back to a
 #   holding, _set_holding, drops the entry first); it only lingers in a private dict.
+# mutmut-equivalent: scheduler.devices.ledger.xǁNodeDeviceLedgerǁ__init____mutmut_1
+#   default `rows=64` -> 65: the first allocation of a ledger built without `rows` only; every
+#   node, card and holding reads the same, and row_capacity is only promised >= n_rows.
+# mutmut-equivalent: scheduler.devices.ledger.xǁNodeDeviceLedgerǁ__init____mutmut_2
+#   default `cards=8` -> 9: the first column allocation only, as __init____mutmut_1.
+# mutmut-equivalent: scheduler.devices.ledger.xǁNodeDeviceLedgerǁ__init____mutmut_40
+#   node_set_generation starts at 1: readers only compare it with a value they read before
+#   (a cache key); it still changes exactly when a node gets a row.
+# mutmut-equivalent: scheduler.devices.ledger.xǁNodeDeviceLedgerǁ_ensure_row__mutmut_25
+#   node_set_generation `+= 1` -> `-= 1`: still a new value on each new row, as __init____mutmut_40.
+# mutmut-equivalent: scheduler.devices.ledger.xǁNodeDeviceLedgerǁ_ensure_row__mutmut_26
+#   `+= 1` -> `+= 2`: still a new value on each new row, as __init____mutmut_40.
+# mutmut-equivalent: scheduler.devices.ledger.xǁNodeDeviceLedgerǁ__init____mutmut_47
+#   tick starts at 1: tick and row_version are only compared with each other (rowcache:
+#   `row_version > entry.tick`, `entry.tick == ledger.tick`; deviceshare and gpufragmentation:
+#   a row's version against the one they cached); every row is stamped in the call that makes
+#   it, so no live row keeps version 0 either way.
+# mutmut-equivalent: scheduler.devices.ledger.xǁNodeDeviceLedgerǁ_touch__mutmut_3
+#   `tick += 2`: ticks still strictly increase and each row's version is the tick of its last
+#   change, all that the comparisons of __init____mutmut_47 read.
+# mutmut-equivalent: scheduler.devices.ledger.xǁNodeDeviceLedgerǁ_ensure_row__mutmut_16
+#   `len(row_version) < rows_cap` -> `<=`: a full-length copy of row_version on each new row
+#   (same values, same length, same dtype); only the allocation differs.
+# mutmut-equivalent: scheduler.devices.ledger.xǁNodeDeviceLedgerǁ_rebuild_row__mutmut_8
+#   `vf_cards = False` -> `None`: only ever read by `if vf_cards`.
+# mutmut-equivalent: scheduler.devices.ledger.xǁNodeDeviceLedgerǁ_refresh__mutmut_6
+#   `_devices.pop(node, None)` -> `.pop(node)`: _refresh finds no device only after NodeSources
+#   answered True to delete_cr / set_node / delete_node, i.e. it had one for the node, and the
+#   _refresh that followed its arrival stored that one in _devices (set_unit refreshes only
+#   nodes whose derived cards exist): the pop always finds the node, never raises.
 
 HALF = ('{"gpu":[{"minor":1,"resources":{"koordinator.sh/gpu-core":"50",'
         '"koordinator.sh/gpu-memory":"40Gi","koordinator.sh/gpu-memory-ratio":"50"}}]}')
@@ -574,6 +606,208 @@ def test_a_device_naming_a_card_twice_keeps_the_first() -> None:
         ("gpu", 1, {"koordinator.sh/gpu-core": 100, "koordinator.sh/gpu-memory-ratio": 100,
                     "koordinator.sh/gpu-memory": 40 * GI}),
     ]
+    verify(ledger)
+
+
+# -- what the ledger reports to its readers: holdings, views, versions, counters -----------------
+
+
+def test_a_holding_says_where_it_came_from_and_carries_its_text() -> None:
+    """A bound pod's holding is the cluster's (source ``annotation``) and carries the text it
+    was read from, which is how a repeated event is recognised without decoding it; a
+    reservation made without the text PreBind will write carries none."""
+    ledger = ledger_of([gpus("n", 2)])
+    ledger.apply_change(Change("Pod", None, bound(gpu_pod("p", {}).uid("u1"), "n", HALF)))
+    pods = ledger.holding("u1")
+    assert pods is not None and (pods.source, pods.annotation) == (ANNOTATION, HALF)
+    ours = ledger.reserve("u2", "n", [dataclasses.replace(HALF_USE, minor=0)])
+    assert (ours.source, ours.annotation) == (RESERVED, "")
+    assert ledger.snapshot_state()["holders"]["u1"][1] == ANNOTATION
+
+
+@pytest.mark.parametrize(
+    "empty", ["{}", '{"gpu":[]}', '{"xpu":[{"minor":0,"resources":{"x":"1"}}]}']
+)
+@pytest.mark.parametrize("before", ["bound", "reserved"])
+def test_an_allocation_naming_no_card_releases_what_the_pod_held(empty: str, before: str) -> None:
+    """A valid ``device-allocated`` that names no tracked card: the pod holds nothing, whether
+    it held cards by an earlier text or by a reservation of ours."""
+    ledger = ledger_of([gpus("n", 2)])
+    pod = gpu_pod("p", {"koordinator.sh/gpu": 50}).uid("u1")
+    if before == "bound":
+        ledger.apply_change(Change("Pod", None, bound(pod, "n", HALF)))
+    else:
+        ledger.reserve("u1", "n", [HALF_USE], HALF)
+    assert used(ledger, "n", 1) == (50, 50, 40 * GI)
+    emptied = bound(gpu_pod("p", {"koordinator.sh/gpu": 50}).uid("u1"), "n", empty)
+    ledger.apply_change(Change("Pod", None, emptied))
+    assert used(ledger, "n", 1) == IDLE and ledger.holding("u1") is None
+    assert ledger.holdings_on("n") == []
+    verify(ledger)
+
+
+def test_releasing_one_holding_keeps_the_others_of_the_node() -> None:
+    ledger = ledger_of([gpus("n", 2)])
+    first = ledger.reserve("a", "n", [HALF_USE])
+    second = ledger.reserve("b", "n", [dataclasses.replace(HALF_USE, minor=0)])
+    assert ledger.holdings_on("n") == [first, second]
+    ledger.unreserve(first)
+    assert ledger.holdings_on("n") == [second]
+    ledger.unreserve(second)
+    assert ledger.holdings_on("n") == []
+    verify(ledger)
+
+
+def test_a_reservation_of_an_untracked_device_type_counts_the_rest() -> None:
+    """Uses of a device type the ledger does not track are skipped, never the ones after."""
+    ledger = ledger_of([gpus("n", 2)])
+    held = ledger.reserve("u", "n", [CardUse.of("xpu", 0, {"x": 1}), HALF_USE])
+    assert used(ledger, "n", 1) == (50, 50, 40 * GI)
+    assert list(ledger.snapshot_state()["nodes"]["n"]["cards"]) == ["gpu"]
+    ledger.unreserve(held)
+    assert used(ledger, "n", 1) == IDLE
+
+
+def test_a_device_update_naming_another_node_moves_the_description() -> None:
+    """An update whose old and new Device name different nodes: the old node has no Device
+    any more, its idle cards are gone, the new one has its cards."""
+    ledger = ledger_of([gpus("a", 2)])
+    ledger.apply_change(Change("Device", gpus("a", 2), gpus("b", 1)))
+    assert not ledger.has_device("a") and ledger.has_device("b")
+    assert ledger.minors("a", "gpu") == () and ledger.minors("b", "gpu") == (0,)
+    assert list(ledger.snapshot_state()["nodes"]) == ["b"]
+    verify(ledger)
+
+
+def test_node_views_name_their_node_and_count_only_its_holdings() -> None:
+    """What-if lists may mix nodes: only the viewed node's holdings count, wherever they are
+    in the list; a node with cards held but no Device says so."""
+    on_n = bound(gpu_pod("p", {}).uid("pn"), "n", HALF)
+    on_m = bound(gpu_pod("q", {}).uid("pm"), "m", HALF)
+    ledger = ledger_of([gpus("n", 2), gpus("m", 2)], [on_n, on_m])
+    hn, hm = ledger.holding("pn"), ledger.holding("pm")
+    assert hn is not None and hm is not None
+    view = ledger.node_view("n", ["gpu"])
+    assert (view.name, view.has_device, dict(view.vfs_taken)) == ("n", True, {})
+    assert [c.free for c in view.cards["gpu"]] == [WHOLE80, (50, 50, 40 * GI)]
+    without = ledger.node_view("n", ["gpu"], removed=[hm, hn])
+    assert [c.free for c in without.cards["gpu"]] == [WHOLE80, WHOLE80]
+    incoming = Holding("new", "n", (dataclasses.replace(HALF_USE, minor=0),))
+    more = ledger.node_view("n", ["gpu"], added=[hm, incoming])
+    assert [c.free for c in more.cards["gpu"]] == [(50, 50, 40 * GI)] * 2
+    ledger.reserve("u", "gone", [HALF_USE])
+    orphan = ledger.node_view("gone", ["gpu"])
+    assert (orphan.name, orphan.has_device) == ("gone", False)
+    assert [(c.minor, c.exists) for c in orphan.cards["gpu"]] == [(1, False)]
+    assert ledger.node_view("nowhere", ["gpu"]).cards == {"gpu": ()}
+
+
+def test_views_list_held_vfs_only_while_the_node_declares_vf_groups() -> None:
+    """``vfs_taken`` covers SR-IOV cards: once the Device no longer declares VF groups the
+    node's views list none (though a pod's text still names one), and again once it does."""
+    with_vfs = device("n", nic("rdma", 0, vfs=2))
+    ledger = ledger_of([with_vfs], [_vf_pod("a", "n", 0, 1)])
+    listed = {("rdma", 0): frozenset({vf_bus(0, 1)})}
+    assert dict(ledger.node_view("n", ["rdma"]).vfs_taken) == listed
+    plain = device("n", nic("rdma", 0))
+    ledger.apply_change(Change("Device", with_vfs, plain))
+    assert dict(ledger.node_view("n", ["rdma"]).vfs_taken) == {}
+    ledger.apply_change(Change("Device", plain, with_vfs))
+    assert dict(ledger.node_view("n", ["rdma"]).vfs_taken) == listed
+    verify(ledger)
+
+
+def test_rows_and_card_columns_grow_by_doubling_and_keep_every_row_version() -> None:
+    """The module's contract: rows and card columns grow by doubling from the capacity asked
+    for (readers rebuild their per-row caches whenever ``row_capacity`` changes, so it must
+    change only log(n) times), and ``row_version`` stays an int64 vector of ``row_capacity``
+    that keeps every row's version across a growth."""
+    ledger = NodeDeviceLedger(rows=1, cards=1)
+    rows, columns = [], []
+    versions: dict[str, int] = {}
+    for i in range(5):
+        node = f"n{i}"
+        ledger.apply_change(Change("Device", None, gpus(node, i + 1)))
+        rows.append(ledger.row_capacity)
+        columns.append(ledger.table("gpu").cards)
+        assert ledger.row_version.dtype == np.int64
+        assert len(ledger.row_version) == ledger.row_capacity
+        versions[node] = ledger.tick
+        assert {n: int(ledger.row_version[ledger.row_of(n) or 0]) for n in versions} == versions
+    assert rows == [1, 2, 4, 4, 8]
+    assert columns == [1, 2, 4, 4, 8]
+    verify(ledger)
+    # a held card that no Device lists takes the next column, doubling only when full
+    ledger = NodeDeviceLedger(rows=1, cards=1)
+    ledger.apply_change(Change("Device", None, gpus("n", 1)))
+    ledger.reserve("u", "n", [dataclasses.replace(HALF_USE, minor=7)])
+    assert ledger.minors("n", "gpu") == (0, 7) and ledger.table("gpu").cards == 2
+    verify(ledger)
+
+
+def test_a_change_stamps_only_its_row_and_only_a_new_row_changes_the_node_set() -> None:
+    """Readers cache per row by ``row_version`` and per node set by ``node_set_generation``:
+    a change moves only its own row's version, and only a node getting a row moves the
+    generation."""
+    ledger = ledger_of([gpus("a", 2), gpus("b", 2)])
+    a, b = ledger.row_of("a"), ledger.row_of("b")
+    assert a is not None and b is not None
+    generation, before = ledger.node_set_generation, ledger.row_version.copy()
+    ledger.reserve("u", "a", [HALF_USE])
+    assert int(ledger.row_version[a]) == ledger.tick > int(before[a])
+    assert int(ledger.row_version[b]) == int(before[b])
+    assert ledger.node_set_generation == generation
+    seen = {generation}
+    for node in ("c", "d"):  # a reservation, then a Device, each on a new node
+        if node == "c":
+            ledger.reserve("v", node, [HALF_USE])
+        else:
+            ledger.apply_change(Change("Device", None, gpus(node, 1)))
+        assert ledger.node_set_generation not in seen
+        seen.add(ledger.node_set_generation)
+
+
+def test_annotation_errors_add_up_across_pods_and_devices() -> None:
+    ledger = ledger_of([gpus("n", 2)])
+    ledger.apply_change(Change("Pod", None, bound(gpu_pod("p", {}), "n", "not json")))
+    assert ledger.annotation_errors == 1
+    bad = device("n", gpu(0), gpu(1), annotations={ANNOTATION_GPU_TOPOLOGY: "{"})
+    ledger.apply_change(Change("Device", gpus("n", 2), bad))
+    assert ledger.annotation_errors == 2
+    ledger.apply_change(Change("Device", bad, gpus("n", 2)))  # a clean Device adds nothing
+    assert ledger.annotation_errors == 2
+
+
+def test_without_a_reporter_an_invalid_annotation_is_only_logged() -> None:
+    ledger = ledger_of([gpus("n", 2)])
+    with capture_logs() as logs:
+        ledger.apply_change(Change("Pod", None, bound(gpu_pod("p", {}), "n", _one(f'{C}:"-1"'))))
+    assert used(ledger, "n", 0) == WHOLE80
+    assert [(e["event"], e["log_level"]) for e in logs] == [
+        ("invalid device allocation on a bound pod: its cards count as fully used", "warning")
+    ]
+
+
+def test_an_unhealthy_configmap_with_bad_entries_says_which_and_what_it_honours() -> None:
+    """The operator's only signal that entries were skipped: one warning naming the
+    ConfigMap, the entries skipped and the cards taken away; a clean one says nothing."""
+    ledger = ledger_of([gpus("n", 3)])
+    marks = UnhealthyGPUs("n", frozenset({2, 0}), ("gpus: 'x' is not a card index",))
+    with capture_logs() as logs:
+        ledger.apply_change(Change(UNHEALTHY_GPUS_KIND, None, marks))
+    assert [card(ledger, "n", m)["healthy"] for m in range(3)] == [False, True, False]
+    assert logs == [{
+        "event": "entries of an unhealthy-gpu ConfigMap that are not card indexes are "
+                 "skipped; the others are honoured",
+        "log_level": "warning", "configmap": "kube-system/unhealthy-gpu-n",
+        "problems": ["gpus: 'x' is not a card index"], "unhealthy": [0, 2],
+    }]
+    clean = UnhealthyGPUs("n", frozenset({1}))
+    with capture_logs() as quiet:
+        ledger.apply_change(Change(UNHEALTHY_GPUS_KIND, marks, clean))
+        ledger.apply_change(Change(UNHEALTHY_GPUS_KIND, marks, None))
+    assert quiet == []
+    assert [card(ledger, "n", m)["healthy"] for m in range(3)] == [True, True, True]
     verify(ledger)
 
 
