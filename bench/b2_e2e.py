@@ -169,9 +169,26 @@ class BindWatch(threading.Thread):
         self.cpu_at_first_bind = float("nan")
 
     def run(self) -> None:
-        rv = self.c.call("GET", f"/api/v1/namespaces/{NS}/pods?limit=1")["metadata"][
-            "resourceVersion"
-        ]
+        rv = self._list()
+        first = True
+        while not self.done.is_set():
+            # The API server closes a watch it finds slow to read ("Forcing ... watcher close
+            # due to unresponsiveness", seen on v1.37 with 16 threads creating pods on two
+            # cores): watch again from the last version seen, or relist when that is too old.
+            rv = self._watch(rv, first)
+            first = False
+            if not rv:
+                rv = self._list()
+
+    def _list(self) -> str:
+        doc = self.c.call("GET", f"/api/v1/namespaces/{NS}/pods")
+        for obj in doc["items"]:
+            self._seen(obj)
+        return str(doc["metadata"]["resourceVersion"])
+
+    def _watch(self, rv: str, first: bool) -> str:
+        """One watch from ``rv``; the last version seen when it ends, "" when ``rv`` is too
+        old (410)."""
         resp = self.c.pool.request(
             "GET",
             f"{self.c.url}/api/v1/namespaces/{NS}/pods?watch=1&resourceVersion={rv}",
@@ -179,28 +196,42 @@ class BindWatch(threading.Thread):
             preload_content=False,
             timeout=urllib3.Timeout(connect=10, read=600),
         )
-        self.ready.set()
+        if first:
+            self.ready.set()
         buf = b""
-        for chunk in resp.stream(amt=None):
-            buf += chunk
-            *lines, buf = buf.split(b"\n")
-            for line in lines:
-                if not line.strip():
-                    continue
-                obj = json.loads(line)["object"]
-                if obj.get("spec", {}).get("nodeName"):
-                    name = obj["metadata"]["name"]
-                    if name not in self.bound:
-                        self.bound.add(name)
-                        self.last_bind = time.perf_counter()
-                        if len(self.bound) == 1:
-                            self.first_bind = self.last_bind
-                            if self.pid:
-                                self.cpu_at_first_bind = _cpu_seconds(self.pid)
-                        if len(self.bound) >= self.expected:
-                            self.done.set()
-                            resp.close()  # a watch never ends: never back to the pool
-                            return
+        try:
+            for chunk in resp.stream(amt=None):
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    obj = event["object"]
+                    if event.get("type") == "ERROR":
+                        return "" if obj.get("code") == 410 else rv
+                    rv = obj["metadata"].get("resourceVersion", rv)
+                    self._seen(obj)
+                    if self.done.is_set():
+                        return rv
+        finally:
+            resp.close()  # a watch's connection never goes back to the pool
+        return rv
+
+    def _seen(self, obj: dict[str, Any]) -> None:
+        if not obj.get("spec", {}).get("nodeName"):
+            return
+        name = obj["metadata"]["name"]
+        if name in self.bound:
+            return
+        self.bound.add(name)
+        self.last_bind = time.perf_counter()
+        if len(self.bound) == 1:
+            self.first_bind = self.last_bind
+            if self.pid:
+                self.cpu_at_first_bind = _cpu_seconds(self.pid)
+        if len(self.bound) >= self.expected:
+            self.done.set()
 
 
 def quantile(q: float, family: Any) -> tuple[float, int]:
