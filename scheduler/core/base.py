@@ -79,6 +79,9 @@ class BindOutcome:
     landed: bool = False
     """"bound" read back from the API server under this UID (not only a 201, which a v1.20
     server may have applied to a same-name successor)."""
+    nominated: bool = False
+    """The binding cycle wrote ``status.nominatedNodeName`` (the pod waited at Permit): a
+    failure clears it, as kube-scheduler's binding-cycle failure does."""
 
 
 Inbox = stdqueue.SimpleQueue[Change | BindOutcome | Call]
@@ -150,9 +153,17 @@ class SchedulerBase:
 
     # -- failures ---------------------------------------------------------------------------------
 
-    def _fail_status(self, fwk: Framework, qpi: QueuedPodInfo, status: Status, cycle: int) -> None:
+    def _fail_status(
+        self,
+        fwk: Framework,
+        qpi: QueuedPodInfo,
+        status: Status,
+        cycle: int,
+        nominated: str | None = None,
+    ) -> None:
         plugins = {status.plugin} if status.is_rejected and status.plugin else set()
-        self._fail(fwk, qpi, status.message, plugins, cycle, error=status.code == Code.ERROR)
+        error = status.code == Code.ERROR
+        self._fail(fwk, qpi, status.message, plugins, cycle, error=error, nominated=nominated)
 
     def _fail(
         self,

@@ -56,8 +56,10 @@ class BindingCycle(SchedulerBase):
     ) -> None:
         node = assumed.node_name
         status: Status | None = None
+        nominated = False
         try:
             if waiting is not None:
+                nominated = self._nominate_while_waiting(fwk, assumed)
                 status = waiting.wait()  # it stays registered until its outcome is applied
                 if waiting.timed_out_plugin:
                     state.write(PERMIT_TIMED_OUT_KEY, waiting.timed_out_plugin)
@@ -79,9 +81,25 @@ class BindingCycle(SchedulerBase):
         self._inbox.put(
             BindOutcome(
                 fwk, state, qpi, assumed, status, started, resolution, waiting is None, placed,
-                landed,
+                landed, nominated,
             )
         )
+
+    def _nominate_while_waiting(self, fwk: Framework, assumed: Pod) -> bool:
+        """Before a Permit wait, tell the cluster where the pod is going: kube-scheduler
+        v1.37 writes ``status.nominatedNodeName`` for a pod that waits at Permit
+        (NominatedNodeNameForExpectation), which the cluster autoscaler reads so as not to
+        take the node away while a gang gathers. A failed write is logged, never fatal (as
+        there); a fenced one sends nothing. True when the write was sent and answered."""
+        if assumed.nominated_node_name == assumed.node_name:
+            return False  # a preemption nominated it there already
+        try:
+            fwk.handle.client.set_nominated_node(assumed, assumed.node_name)
+        except Exception as exc:
+            log.info("nomination before the Permit wait not written", pod=assumed.key,
+                     error=str(exc))  # fmt: skip
+            return False
+        return True
 
     def _record_scheduled(self, fwk: Framework, assumed: Pod) -> None:
         """The Scheduled event, written by the bind worker as kube-scheduler's binding cycle

@@ -172,7 +172,10 @@ class EventHandlers(BindingCycle):
         if new is None or new.assigned or new.terminal:
             if old is not None:
                 self.nominator.remove(old.uid)  # bound (anywhere) or gone: the room is free
-        elif self._responsible(new):
+        elif self._responsible(new) and not self.cache.is_assumed(new):
+            # An assumed pod is in the cache on its node already: the echo of a nomination
+            # (a preemption's, or the one written before its Permit wait) must not count it
+            # there twice (kube-scheduler skips assumed pods' updates too).
             self.nominator.update(old, new)
         if new is not None and new.assigned:
             if was_assigned:

@@ -90,10 +90,13 @@ class BindingOutcomes(EventHandlers):
         if resolution == "fenced":
             self.queue.requeue_with_backoff(qpi)  # whoever leads next schedules it
             return
+        # The nomination written before a Permit wait named where the pod was going; it is
+        # not going there now (kube-scheduler clears it on any binding-cycle failure).
+        cleared = "" if outcome.nominated else None
         if resolution == "rejected":
             # A Permit plugin rejected the waiting pod (or its wait timed out): a verdict, so
             # the pod waits for an event that plugin registered, like any unschedulable pod.
-            self._fail_status(fwk, qpi, status, self.queue.scheduling_cycle)
+            self._fail_status(fwk, qpi, status, self.queue.scheduling_cycle, nominated=cleared)
             # After the verdict, as kube-scheduler defers it: the others it turned away move,
             # the rejected pod stays in the pool for its own plugin's event.
             self.queue.move_all_to_active_or_backoff(ASSIGNED_POD_DELETE, except_key=qpi.key)
@@ -101,7 +104,7 @@ class BindingOutcomes(EventHandlers):
         message = f"Binding rejected: {status.message}"
         self.failures[assumed.key] = message
         self.queue.requeue_with_backoff(qpi)
-        self._report_failure(fwk, qpi.pod, message, error=True)
+        self._report_failure(fwk, qpi.pod, message, error=True, nominated=cleared)
 
     def _finish_placement(self, outcome: BindOutcome, resolution: str) -> None:
         """The end of a ``place``: the caller (kube-scheduler, through the extender) owns the

@@ -291,6 +291,18 @@ class GangsOnCards(RuleBasedStateMachine):
             assert max(used) <= 100, f"card {card} carries {used}"
 
     @invariant()
+    def an_assumed_pod_is_never_also_nominated(self) -> None:
+        """A member waiting at Permit is written nominated to its node (as kube-scheduler
+        v1.37 does); the echo of that write must not put it in the nominator too, where it
+        would count twice on that node."""
+        both = [
+            p.key
+            for p in self.sched.cache.assumed_pods()
+            if self.sched.nominator.node_of(p.uid)
+        ]
+        assert not both, both
+
+    @invariant()
     def a_marked_pod_is_never_bound_afterwards(self) -> None:
         for pod in self.truth.pods.values():
             if pod.uid in self.marked:

@@ -274,3 +274,86 @@ def test_the_timeout_mark_is_written_off_the_scheduling_thread() -> None:
     assert cluster.pods["default/p0"].annotations.get(f"{G}/timeout") == "true"
     assert "GangTimeout" in {e.reason for e in cluster.events if e.pod_key == "default/p0"}
     sched.close()
+
+
+# -- the nomination written before a Permit wait (kube-scheduler v1.37) --------------------------
+
+
+def _record_nominations(cluster: InMemoryCluster) -> list[tuple[str, str]]:
+    written: list[tuple[str, str]] = []
+    real = cluster.set_nominated_node
+
+    def record(pod: object, node_name: str) -> None:
+        written.append((pod.name, node_name))  # type: ignore[attr-defined]
+        real(pod, node_name)  # type: ignore[arg-type]
+
+    cluster.set_nominated_node = record  # type: ignore[method-assign]
+    return written
+
+
+def test_members_waiting_at_permit_are_nominated_to_their_node() -> None:
+    """Every member that waits at Permit is written nominated to the node it waits for (the
+    cluster autoscaler reads it); the member that completes the gang does not wait and is
+    not. Nothing is nominated in memory: the members are assumed there already."""
+    cluster, sched, _clock = _setup()
+    written = _record_nominations(cluster)
+    for i in range(3):
+        cluster.apply_pod(_member(f"p{i}", "job", 3))
+    sched.run_until_idle()
+    sched.wait_for_writes()
+    sched.drain()
+    sched.close()
+    assert _bound(cluster) == ["p0", "p1", "p2"]
+    assert sorted(written) == [("p0", "n0"), ("p1", "n0")]
+    assert len(sched.nominator) == 0
+
+
+def test_a_gang_that_timed_out_has_its_nominations_cleared() -> None:
+    """A wait that ends in a rejection clears the nomination it wrote (kube-scheduler's
+    binding-cycle failure does): the pod is not going to that node any more."""
+    cluster, sched, _clock = _setup(cpu="4")  # room for two of three members
+    written = _record_nominations(cluster)
+    for i in range(3):
+        cluster.apply_pod(_member(f"p{i}", "job", 3, waiting_time="0.3s"))
+    sched.run_until_idle()
+    sched.wait_for_writes()
+    sched.drain()
+    sched.close()
+    assert _bound(cluster) == []
+    waited = sorted({name for name, node in written if node})
+    assert len(waited) == 2, written
+    for name in waited:
+        assert written.index((name, "n0")) < written.index((name, "")), written
+    assert not [p.key for p in cluster.pods.values() if p.nominated_node_name]
+    assert len(sched.nominator) == 0
+
+
+def test_the_echo_of_a_waiting_members_nomination_does_not_nominate_it_again() -> None:
+    """The member is assumed on n0 (its cpu counted there) while it waits; the watch brings
+    back its ``nominatedNodeName``: the nominator must not hold it too, or pods of its
+    priority would find n0 fuller by its requests twice."""
+    cluster = InMemoryCluster()
+    cluster.apply_node(make_node("n0").cpu("8").memory("64Gi").obj())
+    executor = ManualExecutor()  # the binding cycle (the wait) is held
+    _, template, _ = _setup()
+    template.close()
+    sched = Scheduler(
+        template.config,
+        cluster,
+        in_tree_registry(),
+        default_plugins(),
+        clock=SimulatedClock(),
+        rng=random.Random(0),
+        executor=executor,
+    )
+    cluster.apply_pod(_member("p0", "job", 2))
+    cluster.apply_pod(_member("p1", "job", 2))  # PreFilter wants the whole gang created
+    sched.drain()
+    assert sched.schedule_one()  # the first member: assumed, waiting for the second
+    waiting = next(p for p in cluster.pods.values() if sched.cache.is_assumed(p))
+    assert sched.cache.is_assumed(waiting)
+    cluster.set_nominated_node(waiting, "n0")  # the write the binding cycle sends
+    sched.drain()
+    assert sched.nominator.node_of(waiting.uid) == ""
+    assert _cpu_requested(sched) == 2000
+    sched.close()
