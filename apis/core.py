@@ -306,6 +306,8 @@ def _pod_level(name: str) -> bool:
 def pod_level_requests(spec: Mapping[str, Any], path: str = "spec") -> dict[str, Fraction]:
     """``spec.resources.requests`` of the resources a pod-level request may set (cpu, memory,
     hugepages-*); empty when the pod sets none (kube's IsPodLevelRequestsSet is then false)."""
+    if spec.get("resources") is None:
+        return {}
     res = _mapping(spec.get("resources"), f"{path}.resources")
     reqs = _resource_list(res.get("requests"), f"{path}.resources.requests")
     return {k: v for k, v in reqs.items() if _pod_level(k)}
@@ -317,6 +319,118 @@ def _resize_infeasible(status: Mapping[str, Any]) -> bool:
         if isinstance(cond, Mapping) and cond.get("type") == "PodResizePending":
             return cond.get("reason") == "Infeasible"
     return False
+
+
+def status_changes_requests(spec: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+    """Whether ``status`` can make a pod's requests differ from its spec's (``pod_requests``
+    with and without it): a resize the kubelet found infeasible, pod-level resources in the
+    status, or a container status whose allocated or actuated requests are not, text for
+    text, its spec's. False for nearly every running pod (no resize under way), which then
+    costs its decode nothing more. Anything unexpected answers True: the full arithmetic (and
+    its errors) decides."""
+    if not isinstance(status, Mapping) or not status:
+        return False
+    if status.get("allocatedResources") is not None or status.get("resources") is not None:
+        return True
+    conditions = status.get("conditions")
+    if conditions:
+        if not isinstance(conditions, list):
+            return True
+        for cond in conditions:
+            if isinstance(cond, Mapping) and cond.get("type") == "PodResizePending":
+                return True
+    wanted: dict[str, Any] = {}
+    for key in ("containers", "initContainers"):
+        containers = spec.get(key)
+        if containers is None:
+            continue
+        if not isinstance(containers, list):
+            return True
+        for c in containers:
+            if not isinstance(c, Mapping) or not isinstance(c.get("name"), str):
+                return True
+            res = c.get("resources")
+            wanted[c["name"]] = res.get("requests") if isinstance(res, Mapping) else None
+    for key in ("containerStatuses", "initContainerStatuses"):
+        statuses = status.get(key)
+        if statuses is None:
+            continue
+        if not isinstance(statuses, list):
+            return True
+        for cs in statuses:
+            if not isinstance(cs, Mapping):
+                return True
+            name = cs.get("name")
+            if name not in wanted:
+                continue  # a status of no container: pod_requests never reads it
+            want = wanted[name]
+            if cs.get("allocatedResources") not in (None, want):
+                return True
+            actuated = cs.get("resources")
+            if actuated is not None and (
+                not isinstance(actuated, Mapping) or actuated.get("requests") not in (None, want)
+            ):
+                return True
+    return False
+
+
+def _spec_requests(cmap: Mapping[str, Any], where: str) -> dict[str, Fraction]:
+    """A container's requests as its spec asks them (a new dict)."""
+    res = _mapping(cmap.get("resources"), f"{where}.resources")
+    reqs = _resource_list(res.get("requests"), f"{where}.resources.requests")
+    # The API server's defaulting (SetDefaults_Pod): a limit without a request is also the
+    # request. Objects read from an API server already carry it; files may not (gpushare
+    # pods, for one, set only limits of aliyun.com/gpu-mem).
+    limits = _resource_list(res.get("limits"), f"{where}.resources.limits")
+    for name, value in limits.items():
+        reqs.setdefault(name, value)
+    return reqs
+
+
+_ContainerRequests = Callable[[Mapping[str, Any], str], "dict[str, Fraction] | None"]
+
+
+def _aggregate(
+    spec: Mapping[str, Any],
+    path: str,
+    get: _ContainerRequests,
+    missing_defaults: Mapping[str, Fraction] | None,
+) -> dict[str, Fraction]:
+    """kube's aggregateContainerResourcesByFn: the app containers (+ sidecars) summed, then
+    the max with each init container (+ the sidecars before it); ``get`` gives a container's
+    requests (a new dict, or None for none)."""
+
+    def one(cmap: Mapping[str, Any], where: str) -> dict[str, Fraction]:
+        reqs = get(cmap, where) or {}
+        if missing_defaults:
+            for name, value in missing_defaults.items():
+                reqs.setdefault(name, value)
+        return reqs
+
+    reqs: dict[str, Fraction] = {}
+    for i, c in enumerate(_list(spec.get("containers"), f"{path}.containers")):
+        cpath = f"{path}.containers[{i}]"
+        _add(reqs, one(_mapping(c, cpath), cpath))
+    inits = spec.get("initContainers")
+    if inits is None:
+        return reqs
+    sidecars: dict[str, Fraction] = {}
+    init_max: dict[str, Fraction] = {}
+    for i, c in enumerate(_list(inits, f"{path}.initContainers")):
+        cpath = f"{path}.initContainers[{i}]"
+        cmap = _mapping(c, cpath)
+        creqs = one(cmap, cpath)
+        if cmap.get("restartPolicy") == "Always":
+            # Sidecar init containers run alongside the app containers.
+            _add(reqs, creqs)
+            _add(sidecars, creqs)
+            effective = dict(sidecars)
+        else:
+            effective = dict(creqs)
+            _add(effective, sidecars)
+        _max(init_max, effective)
+    _max(reqs, init_max)
+    return reqs
 
 
 def pod_requests(
@@ -343,27 +457,55 @@ def pod_requests(
     ``missing_defaults`` stand in for a container's *missing* requests (an explicit 0 stays 0),
     as kube-scheduler's non-zero requests for scoring do.
     """
-    st = _mapping(status, "status") if status is not None else _EMPTY_MAP
+    reqs = _aggregate(spec, path, _spec_requests, missing_defaults)
+    if status is not None:
+        reqs = _with_status(spec, path, missing_defaults, _mapping(status, "status"), reqs)
+    pod_level = pod_level_requests(spec, path)
+    if pod_level:
+        if status is not None and status.get("resources") is not None:
+            # In-place resize of pod-level resources (beta, on since 1.36): what the kubelet
+            # allocated and actuated for the pod counts too.
+            pod_resources = _mapping(status.get("resources"), "status.resources")
+            effective = {} if _resize_infeasible(status) else dict(pod_level)
+            actuated_pod = pod_resources.get("requests")
+            if actuated_pod is not None:
+                _max(effective, _resource_list(actuated_pod, "status.resources.requests"))
+            if status.get("allocatedResources") is not None:
+                _max(
+                    effective,
+                    _resource_list(status.get("allocatedResources"), "status.allocatedResources"),
+                )
+            pod_level = {k: v for k, v in effective.items() if _pod_level(k)}
+        reqs.update(pod_level)
+    overhead = spec.get("overhead")
+    if overhead is not None:
+        _add(reqs, _resource_list(overhead, f"{path}.overhead"))
+    return reqs
+
+
+def _with_status(
+    spec: Mapping[str, Any],
+    path: str,
+    missing_defaults: Mapping[str, Fraction] | None,
+    st: Mapping[str, Any],
+    spec_sum: dict[str, Fraction],
+) -> dict[str, Fraction]:
+    """The containers' sum under in-place resize (kube's AggregateContainerRequests with
+    UseStatusResources): max(spec, actuated, allocated), each summed on its own."""
     infeasible = bool(st) and _resize_infeasible(st)
     by_name: dict[str, Mapping[str, Any]] = {}
-    if st:
-        for key in ("containerStatuses", "initContainerStatuses"):
-            for i, cs in enumerate(_list(st.get(key), f"status.{key}")):
-                csm = _mapping(cs, f"status.{key}[{i}]")
-                name = csm.get("name")
-                if isinstance(name, str):
-                    by_name.setdefault(name, csm)
-
-    def spec_requests(cmap: Mapping[str, Any], where: str) -> dict[str, Fraction]:
-        res = _mapping(cmap.get("resources"), f"{where}.resources")
-        reqs = _resource_list(res.get("requests"), f"{where}.resources.requests")
-        # The API server's defaulting (SetDefaults_Pod): a limit without a request is also the
-        # request. Objects read from an API server already carry it; files may not (gpushare
-        # pods, for one, set only limits of aliyun.com/gpu-mem).
-        limits = _resource_list(res.get("limits"), f"{where}.resources.limits")
-        for name, value in limits.items():
-            reqs.setdefault(name, value)
-        return reqs
+    for key in ("containerStatuses", "initContainerStatuses"):
+        for i, cs in enumerate(_list(st.get(key), f"status.{key}")):
+            csm = _mapping(cs, f"status.{key}[{i}]")
+            name = csm.get("name")
+            if isinstance(name, str):
+                by_name.setdefault(name, csm)
+    pod_resources = _mapping(st.get("resources"), "status.resources")
+    pod_allocated = st.get("allocatedResources")
+    if not (by_name or infeasible or pod_allocated is not None):
+        # With no status of its own, a container's allocated and actuated requests are its
+        # spec's: the max is the spec's sum.
+        return spec_sum
 
     def status_of(cmap: Mapping[str, Any], where: str) -> Mapping[str, Any] | None:
         return by_name.get(_str(cmap.get("name"), f"{where}.name"))
@@ -372,7 +514,7 @@ def pod_requests(
         cs = status_of(cmap, where)
         if cs is not None and cs.get("allocatedResources") is not None:
             return _resource_list(cs.get("allocatedResources"), f"{where}.allocatedResources")
-        return None if infeasible else spec_requests(cmap, where)
+        return None if infeasible else _spec_requests(cmap, where)
 
     def actuated(cmap: Mapping[str, Any], where: str) -> dict[str, Fraction] | None:
         cs = status_of(cmap, where)
@@ -382,67 +524,15 @@ def pod_requests(
                 return _resource_list(res.get("requests"), f"{where}.resources.requests")
             if cs.get("allocatedResources") is not None:
                 return _resource_list(cs.get("allocatedResources"), f"{where}.allocatedResources")
-        return None if infeasible else spec_requests(cmap, where)
+        return None if infeasible else _spec_requests(cmap, where)
 
-    def aggregate(
-        get: Callable[[Mapping[str, Any], str], dict[str, Fraction] | None],
-    ) -> dict[str, Fraction]:
-        def one(cmap: Mapping[str, Any], where: str) -> dict[str, Fraction]:
-            reqs = dict(get(cmap, where) or {})
-            for name, value in (missing_defaults or {}).items():
-                reqs.setdefault(name, value)
-            return reqs
-
-        reqs: dict[str, Fraction] = {}
-        for i, c in enumerate(_list(spec.get("containers"), f"{path}.containers")):
-            cpath = f"{path}.containers[{i}]"
-            _add(reqs, one(_mapping(c, cpath), cpath))
-        sidecars: dict[str, Fraction] = {}
-        init_max: dict[str, Fraction] = {}
-        for i, c in enumerate(_list(spec.get("initContainers"), f"{path}.initContainers")):
-            cpath = f"{path}.initContainers[{i}]"
-            cmap = _mapping(c, cpath)
-            creqs = one(cmap, cpath)
-            if cmap.get("restartPolicy") == "Always":
-                # Sidecar init containers run alongside the app containers.
-                _add(reqs, creqs)
-                _add(sidecars, creqs)
-                effective = dict(sidecars)
-            else:
-                effective = dict(creqs)
-                _add(effective, sidecars)
-            _max(init_max, effective)
-        _max(reqs, init_max)
-        return reqs
-
-    reqs = aggregate(spec_requests)
-    pod_resources = _mapping(st.get("resources"), "status.resources")
-    pod_allocated = st.get("allocatedResources")
-    if by_name or infeasible or pod_allocated is not None:
-        # With no status of its own, a container's allocated and actuated requests are its
-        # spec's (unless the resize is infeasible): the max is then the spec's sum.
-        if infeasible:
-            reqs = {}
-        if pod_allocated is not None and pod_resources.get("requests") is not None:
-            _max(reqs, _resource_list(pod_allocated, "status.allocatedResources"))
-            _max(reqs, _resource_list(pod_resources["requests"], "status.resources.requests"))
-        else:
-            _max(reqs, aggregate(actuated))
-            _max(reqs, aggregate(allocated))
-    pod_level = pod_level_requests(spec, path)
-    if pod_level:
-        if st.get("resources") is not None:
-            # In-place resize of pod-level resources (beta, on since 1.36): what the kubelet
-            # allocated and actuated for the pod counts too.
-            effective = {} if infeasible else dict(pod_level)
-            actuated_pod = pod_resources.get("requests")
-            if actuated_pod is not None:
-                _max(effective, _resource_list(actuated_pod, "status.resources.requests"))
-            if pod_allocated is not None:
-                _max(effective, _resource_list(pod_allocated, "status.allocatedResources"))
-            pod_level = {k: v for k, v in effective.items() if _pod_level(k)}
-        reqs.update(pod_level)
-    _add(reqs, _resource_list(spec.get("overhead"), f"{path}.overhead"))
+    reqs = {} if infeasible else spec_sum
+    if pod_allocated is not None and pod_resources.get("requests") is not None:
+        _max(reqs, _resource_list(pod_allocated, "status.allocatedResources"))
+        _max(reqs, _resource_list(pod_resources["requests"], "status.resources.requests"))
+    else:
+        _max(reqs, _aggregate(spec, path, actuated, missing_defaults))
+        _max(reqs, _aggregate(spec, path, allocated, missing_defaults))
     return reqs
 
 
@@ -657,7 +747,9 @@ def decode_pod(obj: Mapping[str, Any]) -> Pod:
     namespace = _str(meta.get("namespace"), "metadata.namespace", "default") or "default"
     spec = _mapping(obj.get("spec"), "spec")
     status = _mapping(obj.get("status"), "status")
-    requests_exact = pod_requests(spec, status=status)
+    # The status counts only where a resize is under way (decode_pod's hot path skips it).
+    resized = status if status_changes_requests(spec, status) else None
+    requests_exact = pod_requests(spec, status=resized)
     # kube-scheduler's non-zero requests (getNonMissingContainerRequests): with pod-level
     # requests set, a container's missing cpu or memory is defaulted only where the pod as a
     # whole has none.
@@ -666,7 +758,9 @@ def decode_pod(obj: Mapping[str, Any]) -> Pod:
     else:
         defaults = _NON_ZERO_DEFAULTS
     non_zero = (
-        pod_requests(spec, missing_defaults=defaults, status=status) if defaults else requests_exact
+        pod_requests(spec, missing_defaults=defaults, status=resized)
+        if defaults
+        else requests_exact
     )
     affinity = _mapping(spec.get("affinity"), "spec.affinity")
     return Pod(
