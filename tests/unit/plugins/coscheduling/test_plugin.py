@@ -346,8 +346,9 @@ def test_the_echo_of_a_waiting_members_nomination_does_not_nominate_it_again() -
         rng=random.Random(0),
         executor=executor,
     )
-    cluster.apply_pod(_member("p0", "job", 2))
-    cluster.apply_pod(_member("p1", "job", 2))  # PreFilter wants the whole gang created
+    # A short wait: close() runs the held binding cycle, which waits out the gang's time.
+    cluster.apply_pod(_member("p0", "job", 2, waiting_time="0.2s"))
+    cluster.apply_pod(_member("p1", "job", 2, waiting_time="0.2s"))  # PreFilter wants both
     sched.drain()
     assert sched.schedule_one()  # the first member: assumed, waiting for the second
     waiting = next(p for p in cluster.pods.values() if sched.cache.is_assumed(p))
