@@ -11,8 +11,10 @@ from fractions import Fraction
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from apis.core import decode_pod, pod_level_requests, pod_requests
+from apis.core import decode_pod, pod_level_requests, pod_requests, status_changes_requests
 
 
 def c(name: str, cpu: str | None = None, gpu: str | None = None, **extra: Any) -> dict[str, Any]:
@@ -198,3 +200,42 @@ def test_bad_status_names_its_field(status: dict[str, Any], where: str) -> None:
     obj = {"metadata": {"name": "p"}, "spec": {"containers": [c("a", "1")]}, "status": status}
     with pytest.raises(ValueError, match=where):
         decode_pod(obj)
+
+
+_QTY = st.sampled_from(["1", "2", "1000m", "3"])
+
+
+@st.composite
+def _pods_with_status(draw: st.DrawFn) -> dict[str, Any]:
+    names = ["a", "b"]
+    containers = [c(n, draw(_QTY)) for n in names]
+    statuses = []
+    for n in draw(st.lists(st.sampled_from([*names, "ghost"]), max_size=3, unique=True)):
+        statuses.append(
+            cs(
+                n,
+                allocated=draw(st.one_of(st.none(), _QTY)),
+                actuated=draw(st.one_of(st.none(), _QTY)),
+            )
+        )
+    status: dict[str, Any] = {"phase": "Running", "containerStatuses": statuses}
+    if draw(st.booleans()):
+        status["conditions"] = [draw(st.sampled_from([INFEASIBLE, DEFERRED]))]
+    spec: dict[str, Any] = {"nodeName": "n", "containers": containers}
+    if draw(st.booleans()):
+        spec["resources"] = {"requests": {"cpu": draw(_QTY)}}
+        if draw(st.booleans()):
+            status["resources"] = {"requests": {"cpu": draw(_QTY)}}
+    return {"metadata": {"name": "p"}, "spec": spec, "status": status}
+
+
+@settings(max_examples=300, deadline=None)
+@given(_pods_with_status())
+def test_decode_skips_the_status_only_where_it_changes_nothing(obj: dict[str, Any]) -> None:
+    """decode_pod leaves a pod's status out of its requests when ``status_changes_requests``
+    says it cannot matter (the hot path): the requests are always those of the full
+    arithmetic with the status."""
+    full = pod_requests(obj["spec"], status=obj["status"])
+    assert decode_pod(obj).requests_exact == full
+    if not status_changes_requests(obj["spec"], obj["status"]):
+        assert pod_requests(obj["spec"]) == full
